@@ -1,0 +1,43 @@
+# gpflow-tight developer commands. Every target creates .venv (Python 3.11) if it is missing.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+
+.PHONY: demo test lint format bench docs clean
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(PY) -m gpflow_tight demo --output demo_output
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check gpflow_tight tests benchmarks notebooks
+	$(BIN)/ruff format --check gpflow_tight tests benchmarks notebooks
+	$(BIN)/mypy gpflow_tight
+
+format: $(VENV)/.installed-test
+	$(BIN)/ruff format gpflow_tight tests benchmarks notebooks
+	$(BIN)/ruff check --fix gpflow_tight tests benchmarks notebooks
+
+test: lint
+	$(BIN)/pytest -n 2 --durations=15 tests
+
+bench: $(VENV)/.installed
+	$(PY) -m gpflow_tight bench cost
+	$(PY) -m gpflow_tight bench snelson
+	$(PY) -m gpflow_tight bench table1
+
+clean:
+	rm -rf $(VENV) demo_output build *.egg-info

@@ -1,0 +1,141 @@
+"""
+Input checks and error translation shared by all models: bad input fails early with a
+message that names the argument and the fix.
+"""
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = [
+    "CholeskyError",
+    "check_regression_data",
+    "check_batch",
+    "check_positive",
+    "explain_cholesky_failure",
+    "translate_cholesky_failure",
+]
+
+_CHOLESKY_ADVICE = (
+    "The Cholesky factorisation of {what} failed: the matrix is not numerically positive "
+    "definite. Typical causes and fixes: inducing points that (nearly) coincide (remove "
+    "duplicates or use fewer inducing points), a lengthscale much larger than the spread of "
+    "the inputs, or too little jitter (raise it with "
+    "`gpflow.config.set_default_jitter(1e-4)` or "
+    "`with gpflow.config.as_context(gpflow.config.Config(jitter=1e-4)): ...`). "
+    "Running in float64 (`gpflow.config.set_default_float(np.float64)`) also helps."
+)
+
+
+class CholeskyError(ValueError):
+    """A Cholesky factorisation failed; the message says what to do about it."""
+
+
+@contextlib.contextmanager
+def explain_cholesky_failure(what: str = "K_uu (the inducing-point covariance)") -> Iterator[None]:
+    """
+    Re-raise TensorFlow's Cholesky failures (and GPflow's non-finite Cholesky factor checks) as
+    :class:`CholeskyError` with advice. Other errors pass through unchanged.
+
+    TensorFlow raises these errors when an op runs: eagerly inside this context, or when a
+    compiled function is called, so wrap the call site (see :func:`translate_cholesky_failure`).
+    """
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as error:
+        if "cholesky" not in str(error).lower():
+            raise
+        raise CholeskyError(_CHOLESKY_ADVICE.format(what=what)) from error
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def translate_cholesky_failure(function: F) -> F:
+    """Decorator form of :func:`explain_cholesky_failure`, for closures and methods."""
+
+    @functools.wraps(function)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        with explain_cholesky_failure():
+            return function(*args, **kwargs)
+
+    return wrapped  # type: ignore[return-value]
+
+
+def _as_2d_array(value: Any, name: str) -> np.ndarray:
+    if isinstance(value, tf.Variable | tf.Tensor):
+        value = value.numpy()
+    try:
+        array = np.asarray(value)
+    except Exception as error:  # pragma: no cover - numpy raises many types here
+        raise TypeError(f"`{name}` must be array-like, got {type(value).__name__}.") from error
+    if array.dtype == object or not np.issubdtype(array.dtype, np.number):
+        raise TypeError(f"`{name}` must hold numbers, got dtype {array.dtype}.")
+    if array.ndim != 2:
+        raise ValueError(
+            f"`{name}` must be a 2-D array of shape [N, {'D' if name.endswith('X') else 'P'}], "
+            f"got shape {array.shape}; reshape a vector `v` with `v[:, None]`."
+        )
+    return array
+
+
+def check_regression_data(data: Any, name: str = "data") -> tuple[np.ndarray, np.ndarray]:
+    """
+    Check a regression data tuple ``(X, Y)``: two 2-D numeric arrays with the same, non-zero
+    number of rows and only finite values. Returns them as numpy arrays.
+    """
+    if not isinstance(data, tuple | list) or len(data) != 2:
+        raise TypeError(f"`{name}` must be a tuple (X, Y), got {type(data).__name__}.")
+    X = _as_2d_array(data[0], f"{name} X")
+    Y = _as_2d_array(data[1], f"{name} Y")
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(
+            f"`{name}`: X has {X.shape[0]} rows but Y has {Y.shape[0]}; they must have one row "
+            "per data point."
+        )
+    if X.shape[0] == 0:
+        raise ValueError(f"`{name}` is empty: X and Y need at least one row.")
+    for label, array in (("X", X), ("Y", Y)):
+        bad = ~np.isfinite(array)
+        if bad.any():
+            rows = np.unique(np.nonzero(bad)[0])
+            raise ValueError(
+                f"`{name}` {label} contains {bad.sum()} NaN or infinite value(s) (rows "
+                f"{rows[:5].tolist()}{'...' if rows.size > 5 else ''}); drop or impute them."
+            )
+    return X, Y
+
+
+def check_positive(value: Any, name: str) -> np.ndarray:
+    """Check that every entry of ``value`` is finite and strictly positive."""
+    array = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(array)) or np.any(array <= 0):
+        raise ValueError(f"`{name}` must be finite and strictly positive, got {value!r}.")
+    return array
+
+
+def check_batch(X: Any, Y: Any) -> None:
+    """
+    Check a (mini)batch passed to an ELBO: X and Y with one row per data point and finite values.
+    Raises ``ValueError`` when run eagerly; inside ``tf.function`` the same checks become graph
+    assertions (``InvalidArgumentError`` with the same message).
+    """
+    rows_x, rows_y = X.shape[0], Y.shape[0]
+    if rows_x is not None and rows_y is not None and rows_x != rows_y:
+        raise ValueError(
+            f"`data`: X has {rows_x} rows but Y has {rows_y}; they must have one row per data point."
+        )
+    if tf.executing_eagerly():
+        for label, array in (("X", X), ("Y", Y)):
+            if not np.all(np.isfinite(np.asarray(array))):
+                raise ValueError(f"`data` {label} contains NaN or infinite values; drop or impute them.")
+        return
+    tf.debugging.assert_equal(
+        tf.shape(X)[0], tf.shape(Y)[0], message="`data`: X and Y must have the same number of rows"
+    )
+    tf.debugging.assert_all_finite(X, message="`data` X contains NaN or infinite values")
+    tf.debugging.assert_all_finite(Y, message="`data` Y contains NaN or infinite values")
