@@ -15,6 +15,8 @@ from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
 from gpflow.inducing_variables import InducingVariables
 
+from .validation import KUU, checked_cholesky
+
 __all__ = ["latent_kernel_diag", "independent_marginals_with_residual"]
 
 
@@ -67,7 +69,7 @@ def independent_marginals_with_residual(
     Kmn = Kuf(inducing_variable, kernel, X)  # [M, N] or [L, M, N]
     if Kmm.shape.ndims == 2:
         Kmm, Kmn = Kmm[None], Kmn[None]
-    Lm = tf.linalg.cholesky(Kmm)
+    Lm = checked_cholesky(Kmm, KUU)
     A = tf.linalg.triangular_solve(Lm, Kmn, lower=True)  # [L or 1, M, N]
     residual = latent_kernel_diag(kernel, X) - tf.reduce_sum(tf.square(A), axis=-2)
     if not whiten:

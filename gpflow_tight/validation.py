@@ -16,10 +16,13 @@ __all__ = [
     "check_regression_data",
     "check_batch",
     "check_positive",
+    "checked_cholesky",
+    "check_cholesky_factor",
     "explain_cholesky_failure",
     "translate_cholesky_failure",
 ]
 
+KUU = "K_uu (the covariance of the inducing variables)"
 _CHOLESKY_ADVICE = (
     "The Cholesky factorisation of {what} failed: the matrix is not numerically positive "
     "definite. Typical causes and fixes: inducing points that (nearly) coincide (remove "
@@ -35,8 +38,22 @@ class CholeskyError(ValueError):
     """A Cholesky factorisation failed; the message says what to do about it."""
 
 
+def check_cholesky_factor(factor: tf.Tensor, what: str) -> tf.Tensor:
+    """
+    Pass ``factor`` through, failing with advice if it holds NaN or inf. On CPU, TensorFlow
+    returns a NaN factor for a matrix that is not positive definite instead of raising; this
+    check (cheap: O(M^2)) turns that into an error, eagerly and inside ``tf.function``.
+    """
+    return tf.debugging.check_numerics(factor, _CHOLESKY_ADVICE.format(what=what))
+
+
+def checked_cholesky(matrix: tf.Tensor, what: str) -> tf.Tensor:
+    """``tf.linalg.cholesky`` followed by :func:`check_cholesky_factor`."""
+    return check_cholesky_factor(tf.linalg.cholesky(matrix), what)
+
+
 @contextlib.contextmanager
-def explain_cholesky_failure(what: str = "K_uu (the inducing-point covariance)") -> Iterator[None]:
+def explain_cholesky_failure(what: str = KUU) -> Iterator[None]:
     """
     Re-raise TensorFlow's Cholesky failures (and GPflow's non-finite Cholesky factor checks) as
     :class:`CholeskyError` with advice. Other errors pass through unchanged.

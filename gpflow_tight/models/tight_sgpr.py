@@ -11,7 +11,13 @@ from gpflow.models import SGPR
 from gpflow.utilities import add_noise_cov, to_default_float
 
 from ..tighter import log_residual_term, relaxation_from_beta
-from ..validation import check_regression_data, explain_cholesky_failure
+from ..validation import (
+    KUU,
+    check_cholesky_factor,
+    check_regression_data,
+    checked_cholesky,
+    explain_cholesky_failure,
+)
 from .base import ExplainsCholeskyFailures
 
 __all__ = ["TightSGPR"]
@@ -52,6 +58,13 @@ class TightSGPR(ExplainsCholeskyFailures, SGPR):
         check_regression_data(data)
         super().__init__(data, *args, **kwargs)
         self.exact_predictive_variance = bool(exact_predictive_variance)
+
+    def _common_calculation(self) -> SGPR.CommonTensors:
+        common = super()._common_calculation()
+        return common._replace(
+            L=check_cholesky_factor(common.L, KUU),
+            LB=check_cholesky_factor(common.LB, "B = I + A Aᵀ (the SGPR inner matrix)"),
+        )
 
     @inherit_check_shapes
     def logdet_term(self, common: SGPR.CommonTensors) -> tf.Tensor:
@@ -96,7 +109,8 @@ class TightSGPR(ExplainsCholeskyFailures, SGPR):
     def exact_variance_correction(self, Xnew: InputData, full_cov: bool = False) -> tf.Tensor:
         """
         The two terms of eq. 12 that the default prediction drops,
-        :math:`\\mathbf c_{*f} D_{ff}^{-1} (S_f - D_{ff}) D_{ff}^{-1} \\mathbf c_{f*}` with
+        :math:`\\mathbf c_{*f} D_{ff}^{-1} S_f D_{ff}^{-1} \\mathbf c_{f*}
+        - \\mathbf c_{*f} D_{ff}^{-1} \\mathbf c_{f*}` with
         :math:`\\mathbf c_{*f} = \\mathbf k_{*f} - \\mathbf k_{*u} K_{uu}^{-1} K_{uf}`,
         :math:`S_f = M^{1/2} D_{ff} M^{1/2}` and the collapsed optimum
         :math:`m_n = \\sigma_n^2 / (d_n + \\sigma_n^2)`. Non-positive; at a training input it is
@@ -104,7 +118,7 @@ class TightSGPR(ExplainsCholeskyFailures, SGPR):
         """
         X, _ = self.data
         jitter = default_jitter()
-        L = tf.linalg.cholesky(Kuu(self.inducing_variable, self.kernel, jitter=jitter))
+        L = checked_cholesky(Kuu(self.inducing_variable, self.kernel, jitter=jitter), KUU)
         A_f = tf.linalg.triangular_solve(L, Kuf(self.inducing_variable, self.kernel, X))
         A_new = tf.linalg.triangular_solve(L, Kuf(self.inducing_variable, self.kernel, Xnew))
         D_ff = self.kernel(X) - tf.linalg.matmul(A_f, A_f, transpose_a=True)
@@ -113,11 +127,11 @@ class TightSGPR(ExplainsCholeskyFailures, SGPR):
         residual = tf.linalg.diag_part(D_ff)
         sigma_sq = tf.squeeze(self.likelihood.variance_at(X), axis=-1)
         sqrt_m = tf.sqrt(relaxation_from_beta(residual, sigma_sq))
-        with explain_cholesky_failure("D_ff = K_ff - Q_ff (the residual covariance)"):
-            L_D = tf.linalg.cholesky(add_noise_cov(D_ff, tf.cast(jitter, D_ff.dtype)))
+        L_D = checked_cholesky(
+            add_noise_cov(D_ff, tf.cast(jitter, D_ff.dtype)), "D_ff = K_ff - Q_ff (the residual)"
+        )
         W = tf.linalg.cholesky_solve(L_D, tf.linalg.adjoint(C_new_f))  # D_ff⁻¹ c_f*, [N, N_new]
-        S_minus_D = (sqrt_m[:, None] * sqrt_m[None, :] - 1.0) * D_ff
-        S_minus_D_W = tf.linalg.matmul(S_minus_D, W)
+        S_f_W = tf.linalg.matmul(sqrt_m[:, None] * D_ff * sqrt_m[None, :], W)
         if full_cov:
-            return tf.linalg.matmul(W, S_minus_D_W, transpose_a=True)
-        return tf.reduce_sum(W * S_minus_D_W, axis=0)
+            return tf.linalg.matmul(W, S_f_W, transpose_a=True) - tf.linalg.matmul(C_new_f, W)
+        return tf.reduce_sum(W * S_f_W, axis=0) - tf.reduce_sum(tf.linalg.adjoint(C_new_f) * W, 0)
