@@ -2,6 +2,7 @@
 
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,24 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def git_revision() -> str:
+    """Short commit hash of the repository, with '+ uncommitted changes' when the tree is dirty."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "gpflow_tight"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return f"{commit} + uncommitted changes in gpflow_tight/" if dirty else commit
+
+
 def header(title: str, protocol: Sequence[str]) -> str:
     """Markdown header: title, run date, machine, library versions and the protocol bullets."""
     import gpflow
@@ -51,6 +70,10 @@ def header(title: str, protocol: Sequence[str]) -> str:
         f"- Versions: gpflow {gpflow.__version__}, tensorflow {tf.__version__}, "
         f"numpy {np.__version__}, gpflow_tight {gpflow_tight.__version__}, "
         f"Python {platform.python_version()}",
+        f"- Code: git {git_revision()}",
+        "- Load average (1, 5, 15 min) when the results were written: "
+        + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        + " (other jobs may share the 2 cores)",
         "",
         "## Protocol",
         "",

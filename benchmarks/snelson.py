@@ -130,13 +130,21 @@ def plot(fits: list[Fit], X: np.ndarray, Y: np.ndarray, path: str) -> None:
         _, var_y = (t.numpy()[:, 0] for t in fit.model.predict_y(grid))
         x = grid[:, 0]
         right.plot(x, mean, color=colour, label=f"{fit.name} mean")
-        right.fill_between(x, mean - 2 * np.sqrt(var_y), mean + 2 * np.sqrt(var_y),
-                           color=colour, alpha=0.12)
-        right.fill_between(x, mean - 2 * np.sqrt(var_f), mean + 2 * np.sqrt(var_f),
-                           color=colour, alpha=0.25)
+        right.fill_between(
+            x, mean - 2 * np.sqrt(var_y), mean + 2 * np.sqrt(var_y), color=colour, alpha=0.12
+        )
+        right.fill_between(
+            x, mean - 2 * np.sqrt(var_f), mean + 2 * np.sqrt(var_f), color=colour, alpha=0.25
+        )
         Z = fit.model.inducing_variable.Z.numpy()[:, 0]
-        right.plot(Z, np.full_like(Z, Y.min() - 0.6), "^", color=colour, ms=8,
-                   label=f"{fit.name} inducing inputs")
+        right.plot(
+            Z,
+            np.full_like(Z, Y.min() - 0.6),
+            "^",
+            color=colour,
+            ms=8,
+            label=f"{fit.name} inducing inputs",
+        )
     right.set_title("fits: mean, ±2 sd of f (dark) and of y (light)")
     right.set_xlabel("x")
     right.legend(loc="upper right", fontsize=8)
@@ -145,8 +153,14 @@ def plot(fits: list[Fit], X: np.ndarray, Y: np.ndarray, path: str) -> None:
     print(f"wrote {path}")
 
 
-def report(fits: list[Fit], X: np.ndarray, Y: np.ndarray, Z0: np.ndarray, args: argparse.Namespace,
-           seconds: float) -> str:
+def report(
+    fits: list[Fit],
+    X: np.ndarray,
+    Y: np.ndarray,
+    Z0: np.ndarray,
+    args: argparse.Namespace,
+    seconds: float,
+) -> str:
     protocol = [
         f"Data: Snelson & Ghahramani 1-D, {len(X)} training points (`load_snelson`), raw scale.",
         f"M={NUM_INDUCING} inducing inputs, initialised evenly spaced over the data range "
