@@ -2,9 +2,10 @@
 Marginals of the sparse variational posterior at the training inputs, together with the residual
 variances :math:`d_n` that the tighter bounds need, from one factorisation.
 
-GPflow's conditionals compute :math:`A = L_{uu}^{-1} K_{uf}` and :math:`d_n = k_{nn} - \\|A_{:n}\\|^2`
-internally but do not return :math:`d_n`; recomputing it would repeat the :math:`O(NM^2)`
-triangular solve, so this module computes the marginals and :math:`d_n` together.
+GPflow's conditionals compute :math:`A = L_{uu}^{-1} K_{uf}` and
+:math:`d_n = k_{nn} - \\|A_{:n}\\|^2` internally but do not return :math:`d_n`; recomputing
+it would repeat the :math:`O(NM^2)` triangular solve, so this module computes the marginals and
+:math:`d_n` together.
 """
 
 import tensorflow as tf

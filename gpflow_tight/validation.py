@@ -144,12 +144,15 @@ def check_batch(X: Any, Y: Any) -> None:
     rows_x, rows_y = X.shape[0], Y.shape[0]
     if rows_x is not None and rows_y is not None and rows_x != rows_y:
         raise ValueError(
-            f"`data`: X has {rows_x} rows but Y has {rows_y}; they must have one row per data point."
+            f"`data`: X has {rows_x} rows but Y has {rows_y}; they must have one row per data "
+            "point."
         )
     if tf.executing_eagerly():
         for label, array in (("X", X), ("Y", Y)):
             if not np.all(np.isfinite(np.asarray(array))):
-                raise ValueError(f"`data` {label} contains NaN or infinite values; drop or impute them.")
+                raise ValueError(
+                    f"`data` {label} contains NaN or infinite values; drop or impute them."
+                )
         return
     tf.debugging.assert_equal(
         tf.shape(X)[0], tf.shape(Y)[0], message="`data`: X and Y must have the same number of rows"

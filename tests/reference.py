@@ -23,7 +23,9 @@ def nystrom_parts(X, Z, variance, lengthscale, jitter=1e-6):
 
 def log_gauss(y, cov):
     """Sum over output columns of log N(y[:, p] | 0, cov)."""
-    return sum(multivariate_normal(np.zeros(len(y)), cov).logpdf(y[:, p]) for p in range(y.shape[1]))
+    return sum(
+        multivariate_normal(np.zeros(len(y)), cov).logpdf(y[:, p]) for p in range(y.shape[1])
+    )
 
 
 def collapsed_bounds(X, Y, Z, variance, lengthscale, noise):

@@ -85,7 +85,7 @@ class TightSVGP(ExplainsCholeskyFailures, SVGP):
                     f"`beta` must be a scalar or have one value per latent GP ({num_relaxations})"
                     f", got shape {beta.shape}."
                 )
-            values = np.broadcast_to(beta, (num_relaxations,)).astype(default_float())
+            values: np.ndarray = np.broadcast_to(beta, (num_relaxations,)).astype(default_float())
             self.beta = Parameter(values, transform=positive(), name="beta")
         else:
             if beta is not None:
@@ -94,7 +94,7 @@ class TightSVGP(ExplainsCholeskyFailures, SVGP):
                 raise ValueError(
                     "relaxation='free' has one m_n per training point: pass `num_data`."
                 )
-            ones = np.ones((int(self.num_data), num_relaxations), dtype=default_float())
+            ones: np.ndarray = np.ones((int(self.num_data), num_relaxations), dtype=default_float())
             self.m = Parameter(ones, transform=positive(), name="m")
 
     def _default_beta(self) -> Any:

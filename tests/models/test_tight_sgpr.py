@@ -62,7 +62,9 @@ def test_bound_ordering(seed):
     reference = collapsed_bounds(X, Y, Z, VARIANCE, LENGTHSCALE, noise)
     f1, f4 = sgpr.elbo().numpy(), tight.elbo().numpy()
     np.testing.assert_allclose(f1, reference["F1"], rtol=1e-10)
-    np.testing.assert_allclose(gpr.log_marginal_likelihood().numpy(), reference["logml"], rtol=1e-10)
+    np.testing.assert_allclose(
+        gpr.log_marginal_likelihood().numpy(), reference["logml"], rtol=1e-10
+    )
     assert f1 <= reference["F5"] <= f4 <= reference["F8"] <= reference["logml"]
 
 
@@ -123,9 +125,7 @@ def test_exact_variance_at_training_inputs_is_cheap_form(rng):
     jitter = 1e-9
     X, Y, Z = make_problem(rng, num_data=30)
     with gpflow.config.as_context(gpflow.config.Config(jitter=jitter)):
-        tight = TightSGPR(
-            (X, Y), kernel(), Z, noise_variance=NOISE, exact_predictive_variance=True
-        )
+        tight = TightSGPR((X, Y), kernel(), Z, noise_variance=NOISE, exact_predictive_variance=True)
         _, q_cov = tight.compute_qu()
         _, exact_var = tight.predict_f(X)
     Kfu = se_kernel(X, Z, VARIANCE, LENGTHSCALE)
@@ -164,7 +164,9 @@ def test_float32(rng):
     X, Y, Z = make_problem(rng)
     gpflow.config.set_default_float(np.float32)
     tight32 = TightSGPR(
-        (X.astype(np.float32), Y.astype(np.float32)), kernel(), Z.astype(np.float32),
+        (X.astype(np.float32), Y.astype(np.float32)),
+        kernel(),
+        Z.astype(np.float32),
         noise_variance=NOISE,
     )
     value = tight32.elbo()

@@ -36,7 +36,12 @@ def test_elbo_equals_dense_reference(rng):
     q_mu, q_sqrt = random_q(rng, 6)
     beta = 0.37
     model = TightSVGP(
-        kernel(), gpflow.likelihoods.Gaussian(NOISE), Z, whiten=False, q_mu=q_mu, q_sqrt=q_sqrt,
+        kernel(),
+        gpflow.likelihoods.Gaussian(NOISE),
+        Z,
+        whiten=False,
+        q_mu=q_mu,
+        q_sqrt=q_sqrt,
         beta=beta,
     )
     expected = tight_svgp_gaussian_elbo(
@@ -70,8 +75,13 @@ def test_optimal_qu_and_beta_equal_tight_sgpr(rng, num_outputs):
     q_mu, q_cov = collapsed.compute_qu()
     q_sqrt = np.tile(np.linalg.cholesky(q_cov.numpy())[None], [num_outputs, 1, 1])
     model = TightSVGP(
-        kernel(), gpflow.likelihoods.Gaussian(NOISE), Z, whiten=False, q_mu=q_mu.numpy(),
-        q_sqrt=q_sqrt, num_latent_gps=num_outputs,
+        kernel(),
+        gpflow.likelihoods.Gaussian(NOISE),
+        Z,
+        whiten=False,
+        q_mu=q_mu.numpy(),
+        q_sqrt=q_sqrt,
+        num_latent_gps=num_outputs,
     )
     np.testing.assert_allclose(model.beta.numpy(), NOISE)  # default beta is the noise variance
     np.testing.assert_allclose(model.elbo((X, Y)).numpy(), collapsed.elbo().numpy(), rtol=1e-9)
@@ -96,23 +106,51 @@ def _multioutput_settings(rng, num_inducing=5, num_outputs=3, num_latent=2):
     )
     return [
         ("single", kernel(), Z, 1, num_inducing),
-        ("shared/shared", mo.SharedIndependent(kernel(), num_outputs), shared_iv, num_outputs,
-         num_inducing),
-        ("separate/separate",
-         mo.SeparateIndependent([kernel() for _ in range(num_outputs)]), separate_iv,
-         num_outputs, num_inducing),
-        ("shared-kernel/separate-iv", mo.SharedIndependent(kernel(), num_outputs), separate_iv,
-         num_outputs, num_inducing),
-        ("lmc/shared", mo.LinearCoregionalization(base(), W), shared_iv, num_latent,
-         num_inducing),
-        ("lmc/separate", mo.LinearCoregionalization(base(), W), separate_latent_iv, num_latent,
-         num_inducing),
-        ("lmc/fallback", mo.LinearCoregionalization(base(), W),
-         ivs.FallbackSeparateIndependentInducingVariables(
-             [ivs.InducingPoints(Z + 0.1 * i) for i in range(num_latent)]
-         ), num_latent, num_inducing),
-        ("fully-correlated", mo.SharedIndependent(kernel(), num_outputs), ivs.InducingPoints(Z),
-         1, num_inducing * num_outputs),
+        (
+            "shared/shared",
+            mo.SharedIndependent(kernel(), num_outputs),
+            shared_iv,
+            num_outputs,
+            num_inducing,
+        ),
+        (
+            "separate/separate",
+            mo.SeparateIndependent([kernel() for _ in range(num_outputs)]),
+            separate_iv,
+            num_outputs,
+            num_inducing,
+        ),
+        (
+            "shared-kernel/separate-iv",
+            mo.SharedIndependent(kernel(), num_outputs),
+            separate_iv,
+            num_outputs,
+            num_inducing,
+        ),
+        ("lmc/shared", mo.LinearCoregionalization(base(), W), shared_iv, num_latent, num_inducing),
+        (
+            "lmc/separate",
+            mo.LinearCoregionalization(base(), W),
+            separate_latent_iv,
+            num_latent,
+            num_inducing,
+        ),
+        (
+            "lmc/fallback",
+            mo.LinearCoregionalization(base(), W),
+            ivs.FallbackSeparateIndependentInducingVariables(
+                [ivs.InducingPoints(Z + 0.1 * i) for i in range(num_latent)]
+            ),
+            num_latent,
+            num_inducing,
+        ),
+        (
+            "fully-correlated",
+            mo.SharedIndependent(kernel(), num_outputs),
+            ivs.InducingPoints(Z),
+            1,
+            num_inducing * num_outputs,
+        ),
     ]
 
 
@@ -181,15 +219,18 @@ def test_non_gaussian_likelihoods(rng, likelihood, Y_maker, num_latent):
     beta = 0.3
     model = TightSVGP(kernel(), likelihood, Z, beta=beta, **common)
     mean, svgp_var = svgp.predict_f(X)
-    d = VARIANCE - np.sum(
-        np.square(
-            np.linalg.solve(
-                np.linalg.cholesky(se_kernel(Z, Z, VARIANCE, LENGTHSCALE) + 1e-6 * np.eye(6)),
-                se_kernel(Z, X, VARIANCE, LENGTHSCALE),
-            )
-        ),
-        axis=0,
-    )[:, None]
+    d = (
+        VARIANCE
+        - np.sum(
+            np.square(
+                np.linalg.solve(
+                    np.linalg.cholesky(se_kernel(Z, Z, VARIANCE, LENGTHSCALE) + 1e-6 * np.eye(6)),
+                    se_kernel(Z, X, VARIANCE, LENGTHSCALE),
+                )
+            ),
+            axis=0,
+        )[:, None]
+    )
     m = beta / (d + beta)
     tf.random.set_seed(2)
     expected = (
@@ -206,7 +247,12 @@ def test_minibatch_estimates_average_to_full_batch(rng):
     Z = rng.uniform(-3, 3, (5, 1))
     q_mu, q_sqrt = random_q(rng, 5)
     model = TightSVGP(
-        kernel(), gpflow.likelihoods.Gaussian(NOISE), Z, q_mu=q_mu, q_sqrt=q_sqrt, num_data=60,
+        kernel(),
+        gpflow.likelihoods.Gaussian(NOISE),
+        Z,
+        q_mu=q_mu,
+        q_sqrt=q_sqrt,
+        num_data=60,
         beta=0.5,
     )
     order = rng.permutation(60)

@@ -1,0 +1,47 @@
+import numpy as np
+import pytest
+
+from gpflow_tight import datasets
+
+
+def test_generated_snelson_like_is_reproducible():
+    X1, Y1 = datasets.make_snelson_like(seed=3)
+    X2, Y2 = datasets.make_snelson_like(seed=3)
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(Y1, Y2)
+    assert X1.shape == Y1.shape == (200, 1)
+    assert np.all(np.diff(X1[:, 0]) >= 0)
+
+
+def test_missing_data_dir_falls_back_to_generated_data(tmp_path):
+    split = datasets.snelson_or_generated(data_dir=tmp_path / "nowhere")
+    assert "generated" in split.name
+    assert len(split.X_train) == 160 and len(split.X_test) == 40
+    with pytest.raises(datasets.DataNotFoundError, match="GPFLOW_TIGHT_DATA"):
+        datasets.find_data_dir(tmp_path / "nowhere")
+
+
+def _data_dir_or_skip():
+    try:
+        return datasets.find_data_dir()
+    except datasets.DataNotFoundError as error:
+        pytest.skip(f"benchmark data not available: {error}")
+
+
+def test_load_snelson():
+    data_dir = _data_dir_or_skip()
+    X, Y = datasets.load_snelson(data_dir)
+    assert X.shape == Y.shape == (200, 1)
+    split = datasets.snelson_or_generated(data_dir)
+    assert split.name.startswith("Snelson")
+
+
+def test_load_uci_wilson_split_and_standardisation():
+    data_dir = _data_dir_or_skip()
+    split = datasets.load_uci_wilson("wine", split=2, data_dir=data_dir)
+    assert split.X_train.shape[1] == 11
+    assert len(split.X_train) + len(split.X_test) == 1599
+    np.testing.assert_allclose(split.Y_train.mean(), 0.0, atol=1e-12)
+    np.testing.assert_allclose(split.Y_train.std(), 1.0, rtol=1e-12)
+    with pytest.raises(ValueError, match="split"):
+        datasets.load_uci_wilson("wine", split=10, data_dir=data_dir)
