@@ -157,5 +157,8 @@ def check_batch(X: Any, Y: Any) -> None:
     tf.debugging.assert_equal(
         tf.shape(X)[0], tf.shape(Y)[0], message="`data`: X and Y must have the same number of rows"
     )
-    tf.debugging.assert_all_finite(X, message="`data` X contains NaN or infinite values")
-    tf.debugging.assert_all_finite(Y, message="`data` Y contains NaN or infinite values")
+    for label, tensor in (("X", X), ("Y", Y)):
+        if tf.as_dtype(tensor.dtype).is_floating:  # integer class labels are always finite
+            tf.debugging.assert_all_finite(
+                tensor, message=f"`data` {label} contains NaN or infinite values"
+            )

@@ -240,6 +240,7 @@ def test_non_gaussian_likelihoods(rng, likelihood, Y_maker, num_latent):
     )
     tf.random.set_seed(2)
     np.testing.assert_allclose(model.elbo((X, Y)).numpy(), expected, rtol=1e-10)
+    assert np.isfinite(model.training_loss_closure((X, Y), compile=True)().numpy())
 
 
 def test_minibatch_estimates_average_to_full_batch(rng):
