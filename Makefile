@@ -35,9 +35,9 @@ test: lint
 	$(BIN)/pytest -n 2 --durations=15 tests
 
 bench: $(VENV)/.installed
-	$(PY) -m gpflow_tight bench cost
-	$(PY) -m gpflow_tight bench snelson
-	$(PY) -m gpflow_tight bench table1
+	$(PY) benchmarks/cost.py
+	$(PY) benchmarks/snelson.py
+	$(PY) benchmarks/table1.py --max-splits pumadyn32nm=3
 
 clean:
 	rm -rf $(VENV) demo_output build *.egg-info
