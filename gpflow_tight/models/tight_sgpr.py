@@ -113,7 +113,7 @@ class TightSGPR(ExplainsCholeskyFailures, SGPR):
         - \\mathbf c_{*f} D_{ff}^{-1} \\mathbf c_{f*}` with
         :math:`\\mathbf c_{*f} = \\mathbf k_{*f} - \\mathbf k_{*u} K_{uu}^{-1} K_{uf}`,
         :math:`S_f = M^{1/2} D_{ff} M^{1/2}` and the collapsed optimum
-        :math:`m_n = \\sigma_n^2 / (d_n + \\sigma_n^2)`. Non-positive; at a training input it is
+        :math:`m_n = \\sigma_n^2 / (d_n + \\sigma_n^2)`. At a training input it is
         :math:`-(1 - m_n) d_n`. Costs :math:`O(N^3)` time and :math:`O(N^2)` memory.
         """
         X, _ = self.data
