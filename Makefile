@@ -37,7 +37,7 @@ test: lint
 bench: $(VENV)/.installed
 	$(PY) benchmarks/cost.py
 	$(PY) benchmarks/snelson.py
-	$(PY) benchmarks/table1.py --max-splits pumadyn32nm=3
+	$(PY) benchmarks/table1.py
 
 clean:
 	rm -rf $(VENV) demo_output build *.egg-info
