@@ -42,10 +42,11 @@ def fit_scipy(
     else:
         loss = model.training_loss
     history: list[float] = []
+    compiled_loss = tf.function(loss)  # one extra compiled loss evaluation per iteration
     with tqdm(total=maxiter, desc=type(model).__name__, disable=not progress) as bar:
 
         def record(step: int, variables: Any, values: Any) -> None:
-            history.append(float(loss().numpy()))
+            history.append(float(compiled_loss().numpy()))
             bar.set_postfix(loss=f"{history[-1]:.4g}", refresh=False)
             bar.update(1)
 
@@ -61,13 +62,19 @@ def fit_scipy(
 
 
 def minibatches(data: tuple[np.ndarray, ...], batch_size: int, seed: int = 0) -> tf.data.Dataset:
-    """An endless, shuffled ``tf.data`` stream of minibatches of ``data``."""
+    """
+    An endless ``tf.data`` stream of minibatches of ``data``: reshuffled each epoch, or the whole
+    data in every element when ``batch_size`` is at least the number of points.
+    """
     num_data = len(data[0])
+    dataset = tf.data.Dataset.from_tensor_slices(data)
+    if batch_size >= num_data:  # full batch: every step sees each point exactly once
+        return dataset.batch(num_data).repeat()
+    # shuffle before repeat, so that each epoch is a permutation of the data
     return (
-        tf.data.Dataset.from_tensor_slices(data)
+        dataset.shuffle(min(num_data, 10_000), seed=seed, reshuffle_each_iteration=True)
         .repeat()
-        .shuffle(min(num_data, 10_000), seed=seed)
-        .batch(batch_size, drop_remainder=batch_size <= num_data)
+        .batch(batch_size, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
     )
 

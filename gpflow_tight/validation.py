@@ -30,7 +30,9 @@ _CHOLESKY_ADVICE = (
     "the inputs, or too little jitter (raise it with "
     "`gpflow.config.set_default_jitter(1e-4)` or "
     "`with gpflow.config.as_context(gpflow.config.Config(jitter=1e-4)): ...`). "
-    "Running in float64 (`gpflow.config.set_default_float(np.float64)`) also helps."
+    "Running in float64 (`gpflow.config.set_default_float(np.float64)`) also helps. If this "
+    "happens during training, a diverging optimiser step may have made the parameters NaN or "
+    "inf: lower the learning rate."
 )
 
 
