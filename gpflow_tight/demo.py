@@ -25,7 +25,6 @@ class DemoResult:
     seconds: float
     rmse: float
     nlpd: float
-    history: list[float]
 
 
 def _kernel() -> gpflow.kernels.Kernel:
@@ -58,10 +57,10 @@ def run_demo(
     for name, model in models.items():
         start = time.perf_counter()
         if name.endswith("SGPR"):
-            history = fit_scipy(model, maxiter=scipy_iterations, progress=progress)
+            fit_scipy(model, maxiter=scipy_iterations, progress=progress)
             bound = float(model.elbo())
         else:
-            history = fit_adam(
+            fit_adam(
                 model,
                 data,
                 iterations=adam_iterations,
@@ -74,7 +73,7 @@ def run_demo(
         mean, _ = model.predict_y(split.X_test)
         rmse = float(np.sqrt(np.mean((mean.numpy() - split.Y_test) ** 2)))
         nlpd = -float(np.mean(model.predict_log_density((split.X_test, split.Y_test))))
-        results.append(DemoResult(name, model, bound, seconds, rmse, nlpd, history))
+        results.append(DemoResult(name, model, bound, seconds, rmse, nlpd))
     return results
 
 

@@ -102,6 +102,23 @@ def _as_2d_array(value: Any, name: str) -> np.ndarray:
     return array
 
 
+def _check_rows_and_values(X: np.ndarray, Y: np.ndarray, name: str) -> None:
+    """One row per data point in X and Y, and only finite values (with the offending rows)."""
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(
+            f"`{name}`: X has {X.shape[0]} rows but Y has {Y.shape[0]}; they must have one row "
+            "per data point."
+        )
+    for label, array in (("X", X), ("Y", Y)):
+        bad = ~np.isfinite(array)
+        if bad.any():
+            rows = np.unique(np.nonzero(bad)[0])
+            raise ValueError(
+                f"`{name}` {label} contains {bad.sum()} NaN or infinite value(s) (rows "
+                f"{rows[:5].tolist()}{'...' if rows.size > 5 else ''}); drop or impute them."
+            )
+
+
 def check_regression_data(data: Any, name: str = "data") -> tuple[np.ndarray, np.ndarray]:
     """
     Check a regression data tuple ``(X, Y)``: two 2-D numeric arrays with the same, non-zero
@@ -111,21 +128,9 @@ def check_regression_data(data: Any, name: str = "data") -> tuple[np.ndarray, np
         raise TypeError(f"`{name}` must be a tuple (X, Y), got {type(data).__name__}.")
     X = _as_2d_array(data[0], f"{name} X")
     Y = _as_2d_array(data[1], f"{name} Y")
-    if X.shape[0] != Y.shape[0]:
-        raise ValueError(
-            f"`{name}`: X has {X.shape[0]} rows but Y has {Y.shape[0]}; they must have one row "
-            "per data point."
-        )
+    _check_rows_and_values(X, Y, name)
     if X.shape[0] == 0:
         raise ValueError(f"`{name}` is empty: X and Y need at least one row.")
-    for label, array in (("X", X), ("Y", Y)):
-        bad = ~np.isfinite(array)
-        if bad.any():
-            rows = np.unique(np.nonzero(bad)[0])
-            raise ValueError(
-                f"`{name}` {label} contains {bad.sum()} NaN or infinite value(s) (rows "
-                f"{rows[:5].tolist()}{'...' if rows.size > 5 else ''}); drop or impute them."
-            )
     return X, Y
 
 
@@ -143,18 +148,8 @@ def check_batch(X: Any, Y: Any) -> None:
     Raises ``ValueError`` when run eagerly; inside ``tf.function`` the same checks become graph
     assertions (``InvalidArgumentError`` with the same message).
     """
-    rows_x, rows_y = X.shape[0], Y.shape[0]
-    if rows_x is not None and rows_y is not None and rows_x != rows_y:
-        raise ValueError(
-            f"`data`: X has {rows_x} rows but Y has {rows_y}; they must have one row per data "
-            "point."
-        )
     if tf.executing_eagerly():
-        for label, array in (("X", X), ("Y", Y)):
-            if not np.all(np.isfinite(np.asarray(array))):
-                raise ValueError(
-                    f"`data` {label} contains NaN or infinite values; drop or impute them."
-                )
+        _check_rows_and_values(np.asarray(X), np.asarray(Y), "data")
         return
     tf.debugging.assert_equal(
         tf.shape(X)[0], tf.shape(Y)[0], message="`data`: X and Y must have the same number of rows"
