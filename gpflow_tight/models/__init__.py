@@ -1,6 +1,7 @@
 """The models of gpflow-tight, one module per family."""
 
+from .power_ep import DTC, FITC, PITC, VFE, PowerEPPosterior, PowerEPSGP
 from .tight_sgpr import TightSGPR
 from .tight_svgp import TightSVGP
 
-__all__ = ["TightSGPR", "TightSVGP"]
+__all__ = ["TightSGPR", "TightSVGP", "PowerEPSGP", "PowerEPPosterior", "FITC", "PITC", "VFE", "DTC"]
