@@ -23,8 +23,12 @@ from gpflow.likelihoods import Gaussian, Likelihood, ScalarLikelihood
 from gpflow.mean_functions import MeanFunction
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import InducingVariablesLike, data_input_to_tensor, inducingpoint_wrapper
-from gpflow.posteriors import AbstractPosterior, PrecomputeCacheType, PrecomputedValue
-from gpflow.posteriors import SGPRPosterior
+from gpflow.posteriors import (
+    AbstractPosterior,
+    PrecomputeCacheType,
+    PrecomputedValue,
+    SGPRPosterior,
+)
 from scipy.cluster.vq import kmeans2
 
 from ..tilted import tilted_moments
@@ -107,10 +111,11 @@ class _Projection(NamedTuple):
 
 class _GaussianSites(NamedTuple):
     """
-    Gaussian factors whitened by their covariance :math:`\\Lambda = \\mathrm{blkdiag}(\\alpha_b
-    D_{bb} + \\Sigma_b)`: ``A = L⁻¹ K_uf Λ^{-1/2}``, ``e = Λ^{-1/2} (y - μ)``, :math:`\\log|\\Lambda|`
-    and the power correction :math:`\\sum_b \\frac{1-\\alpha_b}{2\\alpha_b}\\log|I +
-    \\alpha_b \\Sigma_b^{-1} D_{bb}|` (per output column).
+    Gaussian factors whitened by their covariance
+    :math:`\\Lambda = \\mathrm{blkdiag}(\\alpha_b D_{bb} + \\Sigma_b)`:
+    ``A = L⁻¹ K_uf Λ^{-1/2}``, ``e = Λ^{-1/2} (y - μ)``, :math:`\\log|\\Lambda|` and the power
+    correction :math:`\\sum_b \\frac{1-\\alpha_b}{2\\alpha_b}
+    \\log|I + \\alpha_b \\Sigma_b^{-1} D_{bb}|` (per output column).
     """
 
     A: tf.Tensor
