@@ -9,13 +9,16 @@ variable, then ``../shared/data`` next to the current directory or next to this 
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 __all__ = [
     "DataNotFoundError",
     "RegressionSplit",
+    "CLASSIFICATION_SETS",
     "find_data_dir",
+    "load_classification",
     "load_snelson",
     "make_snelson_like",
     "load_uci_wilson",
@@ -134,3 +137,58 @@ def load_uci_wilson(
         X_train, X_test = (X_train - x_mean) / x_std, (X_test - x_mean) / x_std
         Y_train, Y_test = (Y_train - y_mean) / y_std, (Y_test - y_mean) / y_std
     return RegressionSplit(X_train, Y_train, X_test, Y_test, f"{name} split {split}")
+
+
+CLASSIFICATION_SETS = ("australian", "breast", "crabs", "ionosphere", "pima", "sonar", "banana")
+
+
+def load_classification(
+    name: str, data_dir: str | os.PathLike[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    A binary classification set of ``classification/<name>`` (the raw public versions of the
+    sets of Bui, Yan & Turner 2017, plus banana): inputs X [N, D] (unscaled) and labels
+    Y [N, 1] in {0, 1}, ready for ``gpflow.likelihoods.Bernoulli``. Make your own splits.
+
+    The positive class (label 1) is: australian +1; breast malignant (the 16 rows with missing
+    values and the id column are dropped: 683 x 9); crabs species B (inputs FL, RW, CL, CW,
+    BD); ionosphere 'g' (all 34 columns; column 1 is constant); pima 1; sonar 'M' (mine);
+    banana +1 (the 400 training and 4900 test points stacked: 5300 x 2). ``iono`` is accepted
+    for ``ionosphere``.
+    """
+    name = {"iono": "ionosphere"}.get(name, name)
+    if name not in CLASSIFICATION_SETS:
+        raise ValueError(f"Unknown classification set {name!r}; one of {CLASSIFICATION_SETS}.")
+    folder = find_data_dir(data_dir) / "classification" / name
+    if name == "australian":
+        table = np.loadtxt(_require(folder / "australian.dat"))
+        X, positive = table[:, :-1], table[:, -1] == 1
+    elif name == "breast":
+        table = np.genfromtxt(_require(folder / "breast-cancer-wisconsin.data"), delimiter=",")
+        table = table[~np.isnan(table).any(axis=1)]
+        X, positive = table[:, 1:10], table[:, 10] == 4
+    elif name == "crabs":
+        path = _require(folder / "crabs.csv")
+        records: Any = np.genfromtxt(path, delimiter=",", names=True, dtype=None, encoding="utf-8")
+        X = np.stack([records[key] for key in ("FL", "RW", "CL", "CW", "BD")], axis=1)
+        positive = records["sp"] == "B"
+    elif name in ("ionosphere", "sonar"):
+        path = _require(folder / f"{name}.csv")
+        columns = 34 if name == "ionosphere" else 60
+        X = np.loadtxt(path, delimiter=",", usecols=range(columns))
+        labels = np.loadtxt(path, delimiter=",", usecols=[columns], dtype=str)
+        positive = labels == ("g" if name == "ionosphere" else "M")
+    elif name == "pima":
+        table = np.loadtxt(_require(folder / "pima-indians-diabetes.csv"), delimiter=",")
+        X, positive = table[:, :-1], table[:, -1] == 1
+    else:  # banana
+        parts = [
+            (
+                np.loadtxt(_require(folder / f"banana_{part}_x.txt"), delimiter=","),
+                np.loadtxt(_require(folder / f"banana_{part}_y.txt"), delimiter=","),
+            )
+            for part in ("train", "test")
+        ]
+        X = np.concatenate([x for x, _ in parts])
+        positive = np.concatenate([y for _, y in parts]) == 1
+    return np.asarray(X, dtype=np.float64), positive.astype(np.float64)[:, None]

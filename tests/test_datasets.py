@@ -45,3 +45,32 @@ def test_load_uci_wilson_split_and_standardisation():
     np.testing.assert_allclose(split.Y_train.std(), 1.0, rtol=1e-12)
     with pytest.raises(ValueError, match="split"):
         datasets.load_uci_wilson("wine", split=10, data_dir=data_dir)
+
+
+@pytest.mark.parametrize(
+    "name, shape, positives",
+    [
+        ("australian", (690, 14), 307),
+        ("breast", (683, 9), 239),
+        ("crabs", (200, 5), 100),
+        ("ionosphere", (351, 34), 225),
+        ("pima", (768, 8), 268),
+        ("sonar", (208, 60), 111),
+        ("banana", (5300, 2), 2376),
+    ],
+)
+def test_load_classification(name, shape, positives):
+    data_dir = _data_dir_or_skip()
+    X, Y = datasets.load_classification(name, data_dir)
+    assert X.shape == shape and Y.shape == (shape[0], 1)
+    assert X.dtype == Y.dtype == np.float64
+    assert np.all(np.isfinite(X))
+    assert set(np.unique(Y)) == {0.0, 1.0}
+    assert int(Y.sum()) == positives
+
+
+def test_load_classification_names(tmp_path):
+    with pytest.raises(ValueError, match="Unknown classification set"):
+        datasets.load_classification("iris", tmp_path)
+    with pytest.raises(datasets.DataNotFoundError):
+        datasets.load_classification("iono", tmp_path / "nowhere")

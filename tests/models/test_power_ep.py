@@ -1,0 +1,520 @@
+"""
+PowerEPSGP with a Gaussian likelihood (closed form, spec/powerep.md §1-2, properties 1-14):
+against GPRFITC, SGPR, GPR and dense numpy formulas written from the spec.
+"""
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import gpflow_tight
+from gpflow_tight import DTC, FITC, PITC, VFE, PowerEPSGP
+from tests.reference import log_gauss, nystrom_parts, se_kernel
+from tests.reference_power_ep import pep_kbar, pep_objective, pep_posterior, predict_from_qu
+
+VARIANCE, LENGTHSCALE, NOISE = 1.3, 0.7, 0.05
+ALPHAS = [1.0, 0.8, 0.5, 0.2, 1e-3]
+
+
+def make_problem(rng, num_data=40, num_inducing=6, num_outputs=1, input_dim=2):
+    X = rng.uniform(-3, 3, (num_data, input_dim))
+    Y = np.sin(X[:, :1]) * np.cos(X[:, -1:]) + 0.2 * rng.standard_normal((num_data, num_outputs))
+    Z = rng.uniform(-3, 3, (num_inducing, input_dim))
+    return X, Y, Z
+
+
+def kernel():
+    return gpflow.kernels.SquaredExponential(variance=VARIANCE, lengthscales=LENGTHSCALE)
+
+
+def singletons(num_data):
+    return [np.array([n]) for n in range(num_data)]
+
+
+def dense_objective(X, Y, Z, alphas, blocks, noise=NOISE, **kwargs):
+    _, Qff, Dff = nystrom_parts(X, Z, VARIANCE, LENGTHSCALE)
+    return pep_objective(Qff, Dff, Y, noise, alphas, blocks, **kwargs)
+
+
+def dense_prediction(X, Y, Z, Xnew, alphas, blocks, noise=NOISE):
+    _, Qff, Dff = nystrom_parts(X, Z, VARIANCE, LENGTHSCALE)
+    Kuu = se_kernel(Z, Z, VARIANCE, LENGTHSCALE) + 1e-6 * np.eye(len(Z))
+    Kuf = se_kernel(Z, X, VARIANCE, LENGTHSCALE)
+    Kbar = pep_kbar(Qff, Dff, np.broadcast_to(noise, (len(X),)), alphas, blocks)
+    m_u, S_u = pep_posterior(Kuu, Kuf, Kbar, Y)
+    Kss = se_kernel(Xnew, Xnew, VARIANCE, LENGTHSCALE)
+    Ksu = se_kernel(Xnew, Z, VARIANCE, LENGTHSCALE)
+    return (m_u, S_u), predict_from_qu(Kss, Ksu, Kuu, m_u, S_u)
+
+
+# --- property 4: the stable implementation equals the dense formula --------------------------
+
+
+@pytest.mark.parametrize("alpha", ALPHAS + [0.0])
+@pytest.mark.parametrize("num_outputs", [1, 2])
+def test_objective_equals_dense_formula(rng, alpha, num_outputs):
+    X, Y, Z = make_problem(rng, num_outputs=num_outputs)
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE)
+    reference = dense_objective(X, Y, Z, [alpha] * len(X), singletons(len(X)))
+    np.testing.assert_allclose(model.log_marginal_likelihood().numpy(), reference, rtol=1e-10)
+    np.testing.assert_allclose(model.training_loss().numpy(), -reference, rtol=1e-10)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
+def test_posterior_and_predictions_equal_dense_formula(rng, alpha):
+    """Property 9: q(u) and the predictive are those of the α-generative model."""
+    X, Y, Z = make_problem(rng, num_outputs=2)
+    Xnew = rng.uniform(-4, 4, (7, 2))
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE)
+    (m_u, S_u), (mean, cov) = dense_prediction(X, Y, Z, Xnew, [alpha] * len(X), singletons(len(X)))
+    q_mean, q_cov = model.compute_qu()
+    np.testing.assert_allclose(q_mean.numpy(), m_u, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(q_cov.numpy(), S_u, rtol=1e-8, atol=1e-10)
+    f_mean, f_var = model.predict_f(Xnew)
+    np.testing.assert_allclose(f_mean.numpy(), mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(f_var.numpy(), np.tile(np.diag(cov)[:, None], 2), rtol=1e-8)
+    _, f_cov = model.predict_f(Xnew, full_cov=True)
+    np.testing.assert_allclose(f_cov.numpy(), np.stack([cov, cov]), rtol=1e-8, atol=1e-10)
+    y_mean, y_var = model.predict_y(Xnew)
+    np.testing.assert_allclose(y_var.numpy(), f_var.numpy() + NOISE, rtol=1e-12)
+    cached_mean, cached_var = model.posterior().predict_f(Xnew)
+    np.testing.assert_allclose(cached_mean.numpy(), f_mean.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(cached_var.numpy(), f_var.numpy(), rtol=1e-12)
+
+
+# --- properties 1, 2: the ends of the family are GPflow's FITC and SGPR -----------------------
+
+
+def test_alpha_one_equals_gpflow_gprfitc(rng):
+    X, Y, Z = make_problem(rng, num_outputs=2)
+    Xnew = rng.uniform(-4, 4, (5, 2))
+    fitc = gpflow.models.GPRFITC((X, Y), kernel(), Z, noise_variance=NOISE)
+    for model in (
+        PowerEPSGP((X, Y), kernel(), Z, alpha=1.0, noise_variance=NOISE),
+        FITC((X, Y), kernel(), Z, noise_variance=NOISE),
+    ):
+        np.testing.assert_allclose(
+            model.log_marginal_likelihood().numpy(),
+            fitc.maximum_log_likelihood_objective().numpy(),
+            rtol=1e-12,
+        )
+        for full_cov in (False, True):
+            for ours, theirs in zip(
+                model.predict_f(Xnew, full_cov), fitc.predict_f(Xnew, full_cov)
+            ):
+                np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_alpha_zero_is_exactly_sgpr(rng):
+    X, Y, Z = make_problem(rng, num_outputs=2)
+    Xnew = rng.uniform(-4, 4, (5, 2))
+    sgpr = gpflow.models.SGPR((X, Y), kernel(), Z, noise_variance=NOISE)
+    for model in (
+        PowerEPSGP((X, Y), kernel(), Z, alpha=0.0, noise_variance=NOISE),
+        VFE((X, Y), kernel(), Z, noise_variance=NOISE),
+    ):
+        np.testing.assert_allclose(
+            model.log_marginal_likelihood().numpy(), sgpr.elbo().numpy(), rtol=1e-12
+        )
+        for ours, theirs in zip(model.predict_f(Xnew, True), sgpr.predict_f(Xnew, True)):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(model.compute_qu()[0].numpy(), sgpr.compute_qu()[0].numpy())
+
+
+def test_small_alpha_converges_linearly_to_vfe(rng):
+    """
+    Property 3: log Z(α) - log Z(0) = α s + O(α²), with the slope s from differentiating eq. 128
+    at α = 0: ½ yᵀK̄⁻¹DK̄⁻¹y - ½ tr(K̄⁻¹D) + Σ_n (x_n/2 + x_n²/4), K̄ = Q + σ²I, x = d/σ².
+    """
+    X, Y, Z = make_problem(rng)
+    _, Qff, Dff = nystrom_parts(X, Z, VARIANCE, LENGTHSCALE)
+    D = np.diag(np.diag(Dff))
+    Kbar_inv = np.linalg.inv(Qff + NOISE * np.eye(len(X)))
+    x = np.diag(Dff) / NOISE
+    slope = (
+        0.5 * (Y.T @ Kbar_inv @ D @ Kbar_inv @ Y).item()
+        - 0.5 * np.trace(Kbar_inv @ D)
+        + np.sum(x / 2 + x**2 / 4)
+    )
+    vfe = VFE((X, Y), kernel(), Z, noise_variance=NOISE).log_marginal_likelihood().numpy()
+    deviations = []
+    for alpha in (1e-4, 1e-5):
+        model = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE)
+        deviations.append((model.log_marginal_likelihood().numpy() - vfe) / alpha / slope - 1)
+    assert abs(deviations[0]) < 0.01  # the slope is right...
+    np.testing.assert_allclose(deviations[0] / deviations[1], 10, rtol=0.02)  # ...to O(α)
+
+
+# --- properties 5-8: exactness, monotonicity, orderings ---------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.1, 0.0])
+def test_inducing_points_at_data_recover_exact_gp(rng, alpha):
+    X, Y, _ = make_problem(rng, num_data=25)
+    model = PowerEPSGP((X, Y), kernel(), X.copy(), alpha=alpha, noise_variance=NOISE)
+    gpr = gpflow.models.GPR((X, Y), kernel(), noise_variance=NOISE)
+    np.testing.assert_allclose(
+        model.log_marginal_likelihood().numpy(), gpr.log_marginal_likelihood().numpy(), rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_objective_non_decreasing_in_alpha_and_bounded_by_generative(seed):
+    """Properties 6-8: VFE ≤ log Z(α) ≤ FITC, VFE ≤ log p(y) and log Z(α) ≤ log N(y; 0, K̄_α)."""
+    rng = np.random.default_rng(seed)
+    X, Y, Z = make_problem(rng, num_data=30, num_inducing=int(rng.integers(2, 8)))
+    noise = float(rng.uniform(0.01, 0.5))
+    grid = [0.0, 1e-3, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
+    values = [
+        PowerEPSGP((X, Y), kernel(), Z, alpha=a, noise_variance=noise)
+        .log_marginal_likelihood()
+        .numpy()
+        for a in grid
+    ]
+    assert np.all(np.diff(values) >= -1e-10)
+    Kff, Qff, Dff = nystrom_parts(X, Z, VARIANCE, LENGTHSCALE)
+    assert values[0] <= log_gauss(Y, Kff + noise * np.eye(len(X)))
+    for alpha, value in zip(grid[1:], values[1:]):
+        generative = log_gauss(Y, Qff + alpha * np.diag(np.diag(Dff)) + noise * np.eye(len(X)))
+        assert value <= generative + 1e-10
+    np.testing.assert_allclose(
+        values[-1], log_gauss(Y, Qff + np.diag(np.diag(Dff)) + noise * np.eye(len(X))), rtol=1e-10
+    )
+
+
+# --- §2: multi-power, blocks (PITC), per-point noise, inter-domain ---------------------------
+
+
+def test_per_point_alpha_and_noise_equal_dense_formula(rng):
+    """Property 13 with a heteroscedastic Gaussian likelihood and some α_n = 0."""
+    X, Y, Z = make_problem(rng, input_dim=1)
+    alphas = rng.uniform(0, 1, len(X))
+    alphas[:5] = 0.0
+    alphas[5:8] = 1.0
+    noise_function = gpflow.functions.Polynomial(degree=2, w=np.array([0.05, 0.01, 0.02]))
+    likelihood = gpflow.likelihoods.Gaussian(variance=noise_function)
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=alphas, likelihood=likelihood)
+    noise = 0.05 + 0.01 * X[:, 0] + 0.02 * X[:, 0] ** 2
+    reference = dense_objective(X, Y, Z, alphas, singletons(len(X)), noise=noise)
+    np.testing.assert_allclose(model.log_marginal_likelihood().numpy(), reference, rtol=1e-10)
+    same = PowerEPSGP((X, Y), kernel(), Z, alpha=np.full(len(X), 0.3), noise_variance=NOISE)
+    scalar = PowerEPSGP((X, Y), kernel(), Z, alpha=0.3, noise_variance=NOISE)
+    np.testing.assert_allclose(
+        same.log_marginal_likelihood().numpy(), scalar.log_marginal_likelihood().numpy(), rtol=1e-13
+    )
+
+
+def test_raising_one_alpha_never_lowers_the_objective(rng):
+    X, Y, Z = make_problem(rng)
+    alphas = rng.uniform(0, 1, len(X))
+    base = PowerEPSGP((X, Y), kernel(), Z, alpha=alphas, noise_variance=NOISE)
+    for n in rng.choice(len(X), 5, replace=False):
+        raised = alphas.copy()
+        raised[n] = min(1.0, raised[n] + 0.3)
+        model = PowerEPSGP((X, Y), kernel(), Z, alpha=raised, noise_variance=NOISE)
+        assert model.log_marginal_likelihood() >= base.log_marginal_likelihood() - 1e-12
+
+
+def random_partition(rng, num_data, num_blocks):
+    labels = np.concatenate(
+        [np.arange(num_blocks), rng.integers(0, num_blocks, num_data - num_blocks)]
+    )
+    rng.shuffle(labels)
+    return [np.flatnonzero(labels == b) for b in range(num_blocks)]
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.6, 1e-3, 0.0])
+def test_block_objective_and_predictions_equal_dense_formula(rng, alpha):
+    """Property 12 with the corrected sign of the paper's §3.7 and blocks of unequal size."""
+    X, Y, Z = make_problem(rng, num_outputs=2)
+    blocks = random_partition(rng, len(X), 6)
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE, blocks=blocks)
+    reference = dense_objective(X, Y, Z, [alpha] * len(blocks), blocks)
+    np.testing.assert_allclose(model.log_marginal_likelihood().numpy(), reference, rtol=1e-10)
+    Xnew = rng.uniform(-4, 4, (5, 2))
+    _, (mean, cov) = dense_prediction(X, Y, Z, Xnew, [alpha] * len(blocks), blocks)
+    f_mean, f_cov = model.predict_f(Xnew, full_cov=True)
+    np.testing.assert_allclose(f_mean.numpy(), mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(f_cov.numpy()[0], cov, rtol=1e-8, atol=1e-10)
+
+
+def test_blocks_with_per_block_alpha_and_noise(rng):
+    X, Y, Z = make_problem(rng, input_dim=1)
+    blocks = random_partition(rng, len(X), 5)
+    alphas = np.array([0.0, 0.2, 0.5, 0.9, 1.0])
+    noise_function = gpflow.functions.Polynomial(degree=2, w=np.array([0.05, 0.01, 0.02]))
+    likelihood = gpflow.likelihoods.Gaussian(variance=noise_function)
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=alphas, likelihood=likelihood, blocks=blocks)
+    noise = 0.05 + 0.01 * X[:, 0] + 0.02 * X[:, 0] ** 2
+    reference = dense_objective(X, Y, Z, alphas, blocks, noise=noise)
+    np.testing.assert_allclose(model.log_marginal_likelihood().numpy(), reference, rtol=1e-10)
+
+
+def test_pitc_preset_and_special_blockings(rng):
+    """PITC = blocks at α = 1; singleton blocks = the diagonal form; α = 0 = SGPR for any blocks."""
+    X, Y, Z = make_problem(rng)
+    blocks = random_partition(rng, len(X), 4)
+    pitc = PITC((X, Y), kernel(), Z, noise_variance=NOISE, blocks=blocks)
+    _, Qff, Dff = nystrom_parts(X, Z, VARIANCE, LENGTHSCALE)
+    block_diag = np.zeros_like(Dff)
+    for block in blocks:
+        block_diag[np.ix_(block, block)] = Dff[np.ix_(block, block)]
+    np.testing.assert_allclose(
+        pitc.log_marginal_likelihood().numpy(),
+        log_gauss(Y, Qff + block_diag + NOISE * np.eye(len(X))),
+        rtol=1e-10,
+    )
+    for alpha in (0.7, 0.0):
+        as_blocks = PowerEPSGP(
+            (X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE, blocks=singletons(len(X))
+        )
+        diagonal = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE)
+        np.testing.assert_allclose(
+            as_blocks.log_marginal_likelihood().numpy(),
+            diagonal.log_marginal_likelihood().numpy(),
+            rtol=1e-11,
+        )
+    sgpr = gpflow.models.SGPR((X, Y), kernel(), Z, noise_variance=NOISE)
+    vfe_blocks = VFE((X, Y), kernel(), Z, noise_variance=NOISE, blocks=blocks)
+    np.testing.assert_allclose(
+        vfe_blocks.log_marginal_likelihood().numpy(), sgpr.elbo().numpy(), rtol=1e-11
+    )
+    with pytest.raises(ValueError, match="blocks"):
+        PITC((X, Y), kernel(), Z, noise_variance=NOISE)
+
+
+def test_block_objective_non_decreasing_in_alpha(rng):
+    X, Y, Z = make_problem(rng)
+    blocks = random_partition(rng, len(X), 5)
+    values = [
+        PowerEPSGP((X, Y), kernel(), Z, alpha=a, noise_variance=NOISE, blocks=blocks)
+        .log_marginal_likelihood()
+        .numpy()
+        for a in (0.0, 0.01, 0.2, 0.5, 0.8, 1.0)
+    ]
+    assert np.all(np.diff(values) >= -1e-10)
+
+
+def test_block_size_clusters_the_inputs(rng):
+    X, Y, Z = make_problem(rng, num_data=60)
+    model = PITC((X, Y), kernel(), Z, noise_variance=NOISE, block_size=10)
+    np.testing.assert_array_equal(np.sort(np.concatenate(model.blocks)), np.arange(60))
+    reference = dense_objective(X, Y, Z, [1.0] * len(model.blocks), model.blocks)
+    np.testing.assert_allclose(model.log_marginal_likelihood().numpy(), reference, rtol=1e-10)
+
+
+def test_bcm_is_pitc_with_pseudo_inputs_at_the_test_inputs(rng):
+    """Property 22: the Bayesian committee machine = PITC with Z = X*, blocks = the parts."""
+    X, Y, _ = make_problem(rng, num_data=30)
+    Xnew = rng.uniform(-3, 3, (4, 2))
+    blocks = [np.arange(0, 10), np.arange(10, 20), np.arange(20, 30)]
+    with gpflow.config.as_context(gpflow.config.Config(jitter=1e-10)):
+        pitc = PITC((X, Y), kernel(), Xnew, noise_variance=NOISE, blocks=blocks)
+        mean, cov = pitc.predict_f(Xnew, full_cov=True)
+    Kss = se_kernel(Xnew, Xnew, VARIANCE, LENGTHSCALE)
+    precision_sum, weighted_sum = -(len(blocks) - 1) * np.linalg.inv(Kss), 0
+    for block in blocks:
+        Kbb = se_kernel(X[block], X[block], VARIANCE, LENGTHSCALE) + NOISE * np.eye(len(block))
+        Ksb = se_kernel(Xnew, X[block], VARIANCE, LENGTHSCALE)
+        part_mean = Ksb @ np.linalg.solve(Kbb, Y[block])
+        part_cov = Kss - Ksb @ np.linalg.solve(Kbb, Ksb.T)
+        precision_sum = precision_sum + np.linalg.inv(part_cov)
+        weighted_sum = weighted_sum + np.linalg.solve(part_cov, part_mean)
+    bcm_cov = np.linalg.inv(precision_sum)
+    np.testing.assert_allclose(mean.numpy(), bcm_cov @ weighted_sum, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(cov.numpy()[0], bcm_cov, rtol=1e-5, atol=1e-7)
+
+
+def test_inter_domain_inducing_variable_through_gpflow_dispatch(rng):
+    """Multiscale features: FITC equals GPRFITC with the same features, any α equals the dense
+    formula on GPflow's Kuu/Kuf, and vanishing scales give the inducing-point path (property 14)."""
+    X, Y, Z = make_problem(rng)
+    scales = rng.uniform(0.2, 0.6, Z.shape)
+    features = gpflow.inducing_variables.Multiscale(Z, scales)
+    fitc = gpflow.models.GPRFITC((X, Y), kernel(), features, noise_variance=NOISE)
+    ours = PowerEPSGP((X, Y), kernel(), features, alpha=1.0, noise_variance=NOISE)
+    np.testing.assert_allclose(
+        ours.log_marginal_likelihood().numpy(),
+        fitc.maximum_log_likelihood_objective().numpy(),
+        rtol=1e-12,
+    )
+    k = kernel()
+    Kuu = gpflow.covariances.Kuu(features, k, jitter=1e-6).numpy()
+    Kuf = gpflow.covariances.Kuf(features, k, X).numpy()
+    Qff = Kuf.T @ np.linalg.solve(Kuu, Kuf)
+    Dff = se_kernel(X, X, VARIANCE, LENGTHSCALE) - Qff
+    model = PowerEPSGP((X, Y), kernel(), features, alpha=0.4, noise_variance=NOISE)
+    np.testing.assert_allclose(
+        model.log_marginal_likelihood().numpy(),
+        pep_objective(Qff, Dff, Y, NOISE, [0.4] * len(X), singletons(len(X))),
+        rtol=1e-10,
+    )
+    point_like = gpflow.inducing_variables.Multiscale(Z, np.full(Z.shape, 1e-9))
+    np.testing.assert_allclose(
+        PowerEPSGP((X, Y), kernel(), point_like, alpha=0.4, noise_variance=NOISE)
+        .log_marginal_likelihood()
+        .numpy(),
+        PowerEPSGP((X, Y), kernel(), Z, alpha=0.4, noise_variance=NOISE)
+        .log_marginal_likelihood()
+        .numpy(),
+        rtol=1e-8,  # same maths, different round-off amplified by cond(K_uu) ~ 1e6
+    )
+
+
+def test_dtc_objective_and_vfe_posterior(rng):
+    X, Y, Z = make_problem(rng)
+    Xnew = rng.uniform(-4, 4, (5, 2))
+    dtc = DTC((X, Y), kernel(), Z, noise_variance=NOISE)
+    _, Qff, _ = nystrom_parts(X, Z, VARIANCE, LENGTHSCALE)
+    np.testing.assert_allclose(
+        dtc.log_marginal_likelihood().numpy(),
+        log_gauss(Y, Qff + NOISE * np.eye(len(X))),
+        rtol=1e-10,
+    )
+    sgpr = gpflow.models.SGPR((X, Y), kernel(), Z, noise_variance=NOISE)
+    assert dtc.log_marginal_likelihood() >= sgpr.elbo()
+    for ours, theirs in zip(dtc.predict_f(Xnew), sgpr.predict_f(Xnew)):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-9)
+
+
+def test_mean_function(rng):
+    X, Y, Z = make_problem(rng)
+    mean_function = gpflow.mean_functions.Constant(0.7)
+    model = PowerEPSGP(
+        (X, Y + 0.7), kernel(), Z, alpha=0.5, noise_variance=NOISE, mean_function=mean_function
+    )
+    reference = dense_objective(X, Y, Z, [0.5] * len(X), singletons(len(X)))
+    np.testing.assert_allclose(model.log_marginal_likelihood().numpy(), reference, rtol=1e-10)
+    Xnew = rng.uniform(-4, 4, (5, 2))
+    _, (mean, _) = dense_prediction(X, Y, Z, Xnew, [0.5] * len(X), singletons(len(X)))
+    np.testing.assert_allclose(model.predict_f(Xnew)[0].numpy(), mean + 0.7, rtol=1e-8)
+
+
+# --- training, compilation, precision, saving ------------------------------------------------
+
+
+@pytest.mark.parametrize("blocks", [False, True])
+def test_training_compiled_and_gradients(rng, blocks):
+    X, Y, Z = make_problem(rng)
+    extra = dict(block_size=8) if blocks else {}
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=0.5, noise_variance=NOISE, **extra)
+    eager = model.training_loss().numpy()
+    np.testing.assert_allclose(
+        model.training_loss_closure(compile=True)().numpy(), eager, rtol=1e-12
+    )
+    with tf.GradientTape() as tape:
+        loss = model.training_loss()
+    gradients = tape.gradient(loss, model.trainable_variables)
+    assert all(np.all(np.isfinite(g.numpy())) for g in gradients)
+    history = gpflow_tight.training.fit_scipy(model, maxiter=30, progress=False)
+    assert history[-1] < eager
+
+
+def test_gradient_at_alpha_zero_is_finite(rng):
+    """The α = 0 branch must not leak NaN gradients from the α > 0 formula."""
+    X, Y, Z = make_problem(rng)
+    alphas = np.where(np.arange(len(X)) % 2 == 0, 0.0, 0.5)
+    for extra in ({}, {"blocks": random_partition(rng, len(X), 4), "alpha": [0.0, 0.5, 0.0, 1.0]}):
+        kwargs = {"alpha": alphas, **extra}
+        model = PowerEPSGP((X, Y), kernel(), Z, noise_variance=NOISE, **kwargs)
+        with tf.GradientTape() as tape:
+            loss = model.training_loss()
+        gradients = tape.gradient(loss, model.trainable_variables)
+        assert all(np.all(np.isfinite(g.numpy())) for g in gradients)
+
+
+def test_float32(rng):
+    X, Y, Z = make_problem(rng)
+    gpflow.config.set_default_float(np.float32)
+    model = PowerEPSGP(
+        (X.astype(np.float32), Y.astype(np.float32)),
+        kernel(),
+        Z.astype(np.float32),
+        alpha=0.5,
+        noise_variance=NOISE,
+        block_size=10,
+    )
+    value = model.log_marginal_likelihood()
+    assert value.dtype == tf.float32
+    reference = dense_objective(X, Y, Z, [0.5] * len(model.blocks), model.blocks)
+    np.testing.assert_allclose(value.numpy(), reference, rtol=1e-3)
+    assert model.predict_f(Z.astype(np.float32))[0].dtype == tf.float32
+
+
+def test_checkpoint_round_trip(rng, tmp_path):
+    X, Y, Z = make_problem(rng)
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=0.5, noise_variance=NOISE)
+    gpflow_tight.training.fit_scipy(model, maxiter=10, progress=False)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    restored = PowerEPSGP((X, Y), kernel(), Z, alpha=0.5, noise_variance=NOISE)
+    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+    np.testing.assert_allclose(
+        restored.log_marginal_likelihood().numpy(),
+        model.log_marginal_likelihood().numpy(),
+        rtol=1e-13,
+    )
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(alpha=1.5), ValueError, r"alpha.*\(0, 1\]"),
+        (dict(alpha=-0.1), ValueError, r"alpha.*\(0, 1\]"),
+        (dict(alpha=np.nan), ValueError, r"alpha.*\(0, 1\]"),
+        (dict(alpha="half"), TypeError, "alpha"),
+        (dict(alpha=np.full(3, 0.5)), ValueError, r"one per data point"),
+        (dict(blocks=[np.arange(10), np.arange(5, 20)]), ValueError, "partition"),
+        (dict(blocks=[np.arange(10)]), ValueError, "partition"),
+        (dict(blocks=[np.arange(20), []]), ValueError, "empty block"),
+        (dict(blocks=[np.arange(21)]), ValueError, "outside"),
+        (dict(blocks=[np.arange(20)], block_size=5), ValueError, "not both"),
+        (dict(block_size=0), ValueError, "block_size"),
+        (dict(block_size=2.5), TypeError, "block_size"),
+        (dict(blocks=[np.arange(20)], alpha=[0.5, 0.5]), ValueError, "one per block"),
+        (
+            dict(noise_variance=0.1, likelihood=gpflow.likelihoods.Gaussian()),
+            ValueError,
+            "not both",
+        ),
+        (dict(inference="exact"), ValueError, "inference"),
+        (
+            dict(likelihood=gpflow.likelihoods.Bernoulli(), inference="closed_form"),
+            ValueError,
+            "Gaussian",
+        ),
+    ],
+)
+def test_bad_settings_raise_clear_errors(rng, kwargs, error, match):
+    X, Y, Z = make_problem(rng, num_data=20)
+    with pytest.raises(error, match=match):
+        PowerEPSGP((X, Y), kernel(), Z, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ((np.zeros((5, 1)), np.zeros((4, 1))), "5 rows but Y has 4"),
+        ((np.zeros(5), np.zeros((5, 1))), "2-D array"),
+        ((np.array([[0.0], [np.nan]]), np.zeros((2, 1))), "NaN or infinite"),
+    ],
+)
+def test_bad_data_raises_clear_error(data, match):
+    with pytest.raises(ValueError, match=match):
+        PowerEPSGP(data, kernel(), np.zeros((2, 1)))
+
+
+def test_cholesky_failure_says_what_to_do(rng):
+    X, Y, _ = make_problem(rng)
+    Z = np.repeat(X[:1], 3, axis=0)
+    with gpflow.config.as_context(gpflow.config.Config(jitter=0.0)):
+        model = PowerEPSGP((X, Y), kernel(), Z, noise_variance=NOISE)
+        with pytest.raises(gpflow_tight.CholeskyError, match="jitter"):
+            model.log_marginal_likelihood()
+        with pytest.raises(gpflow_tight.CholeskyError, match="inducing points"):
+            model.training_loss_closure(compile=True)()
+        with pytest.raises(gpflow_tight.CholeskyError):
+            model.predict_f(X)
