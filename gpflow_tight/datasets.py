@@ -17,10 +17,12 @@ __all__ = [
     "DataNotFoundError",
     "RegressionSplit",
     "CLASSIFICATION_SETS",
+    "UCI_GAL_SETS",
     "find_data_dir",
     "load_classification",
     "load_snelson",
     "make_snelson_like",
+    "load_uci_gal",
     "load_uci_wilson",
     "snelson_or_generated",
 ]
@@ -129,14 +131,74 @@ def load_uci_wilson(
         raise ValueError(f"`split` must be in [0, {masks.shape[1]}), got {split}.")
     X, Y = table[:, :-1], table[:, -1:]
     test = masks[:, split]
-    X_train, Y_train, X_test, Y_test = X[~test], Y[~test], X[test], Y[test]
+    return _make_split(X[~test], Y[~test], X[test], Y[test], f"{name} split {split}", standardize)
+
+
+def _make_split(
+    X_train: np.ndarray,
+    Y_train: np.ndarray,
+    X_test: np.ndarray,
+    Y_test: np.ndarray,
+    name: str,
+    standardize: bool,
+) -> RegressionSplit:
+    """A :class:`RegressionSplit`, optionally scaled with the training statistics."""
     if standardize:
         x_mean, x_std = X_train.mean(0), X_train.std(0)
         x_std[x_std == 0] = 1.0
         y_mean, y_std = Y_train.mean(0), Y_train.std(0)
         X_train, X_test = (X_train - x_mean) / x_std, (X_test - x_mean) / x_std
         Y_train, Y_test = (Y_train - y_mean) / y_std, (Y_test - y_mean) / y_std
-    return RegressionSplit(X_train, Y_train, X_test, Y_test, f"{name} split {split}")
+    return RegressionSplit(X_train, Y_train, X_test, Y_test, name)
+
+
+UCI_GAL_SETS = (
+    "bostonHousing",
+    "concrete",
+    "energy",
+    "kin8nm",
+    "naval-propulsion-plant",
+    "power-plant",
+    "protein-tertiary-structure",
+    "wine-quality-red",
+    "yacht",
+)
+_UCI_GAL_ALIASES = {
+    "boston": "bostonHousing",
+    "naval": "naval-propulsion-plant",
+    "power": "power-plant",
+    "protein": "protein-tertiary-structure",
+    "wine": "wine-quality-red",
+}
+
+
+def load_uci_gal(
+    name: str,
+    split: int = 0,
+    data_dir: str | os.PathLike[str] | None = None,
+    standardize: bool = True,
+) -> RegressionSplit:
+    """
+    One of the standard 90/10 splits (20 per set, 5 for protein) of the UCI regression sets
+    used by Hernández-Lobato & Adams (2015) and Gal & Ghahramani (2016) (``uci_gal/<name>``,
+    ``name`` one of :data:`UCI_GAL_SETS`, or the short names boston, naval, power, protein,
+    wine). The files hold raw UCI values; with ``standardize`` the inputs and targets are scaled
+    with the training statistics (constant input columns are left unscaled).
+    """
+    name = _UCI_GAL_ALIASES.get(name, name)
+    if name not in UCI_GAL_SETS:
+        raise ValueError(f"Unknown uci_gal set {name!r}; one of {UCI_GAL_SETS}.")
+    folder = find_data_dir(data_dir) / "uci_gal" / name
+    num_splits = int(np.loadtxt(_require(folder / "n_splits.txt")))
+    if not 0 <= split < num_splits:
+        raise ValueError(f"`split` must be in [0, {num_splits}), got {split}.")
+    table = np.loadtxt(_require(folder / "data.txt"), ndmin=2)
+    features = np.loadtxt(_require(folder / "index_features.txt"), dtype=np.int64, ndmin=1)
+    target = int(np.loadtxt(_require(folder / "index_target.txt"), dtype=np.int64))
+    train = np.loadtxt(_require(folder / f"index_train_{split}.txt"), dtype=np.int64, ndmin=1)
+    test = np.loadtxt(_require(folder / f"index_test_{split}.txt"), dtype=np.int64, ndmin=1)
+    X, Y = table[:, features], table[:, [target]]
+    return _make_split(X[train], Y[train], X[test], Y[test], f"{name} split {split}", standardize)
 
 
 CLASSIFICATION_SETS = ("australian", "breast", "crabs", "ionosphere", "pima", "sonar", "banana")

@@ -69,6 +69,19 @@ def _gaussian(
     return TiltedMoments(log_normaliser, residual / total, -1.0 / total)
 
 
+def _probit_log_likelihood(jitter: float, y: tf.Tensor, F: tf.Tensor) -> tf.Tensor:
+    """
+    :math:`\\log(\\epsilon + (1 - 2\\epsilon)\\Phi(sF))`, :math:`s = 2y - 1`, accurate in both
+    tails (GPflow's Bernoulli forms :math:`1 - p`, which cancels, and a small power
+    :math:`\\alpha` magnifies that error).
+    """
+    standard_normal = tfp.distributions.Normal(tf.zeros([], F.dtype), tf.ones([], F.dtype))
+    log_phi = standard_normal.log_cdf((2 * y - 1) * F)  # stable far into the tails
+    if jitter == 0:
+        return log_phi
+    return tf.math.log(jitter + (1 - 2 * jitter) * tf.exp(log_phi))
+
+
 def _probit(jitter: float, y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor) -> TiltedMoments:
     """
     :math:`\\alpha = 1` with :math:`p(y = 1 \\mid f) = \\epsilon + (1 - 2\\epsilon)\\Phi(f)`:
@@ -78,12 +91,7 @@ def _probit(jitter: float, y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor) -
     sign = 2 * y - 1
     scale = tf.sqrt(1 + variance)
     z = sign * mean / scale
-    standard_normal = tfp.distributions.Normal(tf.zeros([], z.dtype), tf.ones([], z.dtype))
-    log_phi = standard_normal.log_cdf(z)  # stable far into the tails
-    if jitter > 0:
-        log_normaliser = tf.math.log(jitter + (1 - 2 * jitter) * tf.exp(log_phi))
-    else:
-        log_normaliser = log_phi
+    log_normaliser = _probit_log_likelihood(jitter, tf.ones_like(y), z)
     log_pdf = -0.5 * tf.square(z) - 0.5 * np.log(2 * np.pi)
     ratio = (1 - 2 * jitter) * tf.exp(log_pdf - log_normaliser)
     return TiltedMoments(
@@ -93,6 +101,7 @@ def _probit(jitter: float, y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor) -
 
 def _quadrature(
     likelihood: gpflow.likelihoods.Likelihood,
+    jitter: float | None,
     X: tf.Tensor,
     Y: tf.Tensor,
     mean: tf.Tensor,
@@ -105,7 +114,10 @@ def _quadrature(
     nodes = tf.constant(nodes, dtype=mean.dtype)
     log_weights = tf.constant(np.log(weights) - 0.5 * np.log(np.pi), dtype=mean.dtype)
     F = mean[:, None] + tf.sqrt(2 * variance)[:, None] * nodes  # [B, H]
-    log_lik = likelihood.log_prob(X[:, None, :], F[..., None], Y[:, None, :])  # [B, H]
+    if jitter is None:
+        log_lik = likelihood.log_prob(X[:, None, :], F[..., None], Y[:, None, :])  # [B, H]
+    else:
+        log_lik = _probit_log_likelihood(jitter, Y, F)
     log_terms = log_weights + alpha[:, None] * log_lik
     log_normaliser = tf.reduce_logsumexp(log_terms, axis=1)
     tilted = tf.exp(log_terms - log_normaliser[:, None])
@@ -132,7 +144,7 @@ def tilted_moments(
     alpha: tf.Tensor,
     *,
     alpha_is_one: bool = False,
-    num_gauss_hermite_points: int = 20,
+    num_gauss_hermite_points: int = 50,
 ) -> TiltedMoments:
     """
     :math:`\\log \\tilde Z_n, d_1, d_2` for a cavity :math:`\\mathcal N(f_n; m_n, v_n)` and
@@ -149,4 +161,4 @@ def tilted_moments(
     jitter = _probit_jitter(likelihood)
     if jitter is not None and alpha_is_one:
         return _probit(jitter, y, mean, variance)
-    return _quadrature(likelihood, X, Y, mean, variance, alpha, num_gauss_hermite_points)
+    return _quadrature(likelihood, jitter, X, Y, mean, variance, alpha, num_gauss_hermite_points)

@@ -167,7 +167,7 @@ def run_power_ep(
     max_sweeps: int = 200,
     tolerance: float = 1e-6,
     damping: float = 0.5,
-    update: str = "fractional",
+    update: str = "full",
     progress: bool = False,
 ) -> PowerEPTrace:
     """
@@ -194,7 +194,7 @@ def fit_power_ep(
     batch_size: int | None = None,
     learning_rate: float = 0.01,
     damping: float = 0.5,
-    update: str = "fractional",
+    update: str = "full",
     progress: bool = True,
     seed: int = 0,
 ) -> PowerEPTrace:

@@ -140,7 +140,10 @@ def textbook_ep_classification(K, y_sign, jitter, sweeps=200, tol=1e-12):
             _, tilted_mean, tilted_var = probit_tilted(y_sign[i], cav_mean, cav_var, jitter)
             tau[i] = 1 / tilted_var - 1 / cav_var
             nu[i] = tilted_mean / tilted_var - cav_mean / cav_var
-            Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(tau))
+            # Σ = K - K S^½ B⁻¹ S^½ K with B = I + S^½ K S^½ (R&W eq. 3.68): no K⁻¹ needed
+            root = np.sqrt(tau)
+            B = np.eye(N) + root[:, None] * K * root[None, :]
+            Sigma = K - (K * root[None, :]) @ np.linalg.solve(B, root[:, None] * K)
             mu = Sigma @ nu
         if np.max(np.abs(tau - old)) < tol:
             break

@@ -74,3 +74,47 @@ def test_load_classification_names(tmp_path):
         datasets.load_classification("iris", tmp_path)
     with pytest.raises(datasets.DataNotFoundError):
         datasets.load_classification("iono", tmp_path / "nowhere")
+
+
+def test_load_uci_gal_split_and_standardisation():
+    data_dir = _data_dir_or_skip()
+    split = datasets.load_uci_gal("concrete", split=3, data_dir=data_dir)
+    assert split.X_train.shape == (927, 8) and split.Y_train.shape == (927, 1)
+    assert split.X_test.shape == (103, 8) and split.Y_test.shape == (103, 1)
+    assert split.name == "concrete split 3"
+    np.testing.assert_allclose(split.X_train.mean(0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(split.Y_train.mean(), 0.0, atol=1e-12)
+    np.testing.assert_allclose(split.Y_train.std(), 1.0, rtol=1e-12)
+    raw = datasets.load_uci_gal("concrete", split=3, data_dir=data_dir, standardize=False)
+    np.testing.assert_allclose(
+        (raw.Y_test - raw.Y_train.mean()) / raw.Y_train.std(), split.Y_test, rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="split"):
+        datasets.load_uci_gal("concrete", split=20, data_dir=data_dir)
+
+
+@pytest.mark.parametrize(
+    "name, folder, num_train, num_test, dim",
+    [
+        ("boston", "bostonHousing", 455, 51, 13),
+        ("naval", "naval-propulsion-plant", 10741, 1193, 16),
+        ("power", "power-plant", 8611, 957, 4),
+        ("wine-quality-red", "wine-quality-red", 1439, 160, 11),
+        ("yacht", "yacht", 277, 31, 6),
+    ],
+)
+def test_load_uci_gal_sets(name, folder, num_train, num_test, dim):
+    data_dir = _data_dir_or_skip()
+    split = datasets.load_uci_gal(name, data_dir=data_dir)
+    assert split.name == f"{folder} split 0"
+    assert split.X_train.shape == (num_train, dim) and split.X_test.shape == (num_test, dim)
+    assert np.all(np.isfinite(split.X_train)) and np.all(np.isfinite(split.Y_test))
+
+
+def test_load_uci_gal_names(tmp_path):
+    with pytest.raises(ValueError, match="Unknown uci_gal set"):
+        datasets.load_uci_gal("iris", data_dir=tmp_path)
+    with pytest.raises(datasets.DataNotFoundError):
+        datasets.load_uci_gal("yacht", data_dir=tmp_path / "nowhere")
+    with pytest.raises(datasets.DataNotFoundError):
+        datasets.load_uci_gal("yacht", data_dir=tmp_path)
