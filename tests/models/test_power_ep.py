@@ -518,3 +518,15 @@ def test_cholesky_failure_says_what_to_do(rng):
             model.training_loss_closure(compile=True)()
         with pytest.raises(gpflow_tight.CholeskyError):
             model.predict_f(X)
+
+
+def test_posterior_variable_cache_follows_updated_parameters(rng):
+    X, Y, Z = make_problem(rng)
+    Xnew = rng.uniform(-4, 4, (5, 2))
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=0.5, noise_variance=NOISE)
+    posterior = model.posterior(gpflow.posteriors.PrecomputeCacheType.VARIABLE)
+    model.kernel.variance.assign(2.0)
+    model.likelihood.variance.assign(0.2)
+    posterior.update_cache()
+    for cached, fused in zip(posterior.predict_f(Xnew), model.predict_f(Xnew)):
+        np.testing.assert_allclose(cached.numpy(), fused.numpy(), rtol=1e-12)
