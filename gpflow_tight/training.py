@@ -206,6 +206,10 @@ def fit_power_ep(
     converge. Run :func:`run_power_ep` afterwards to converge the sites at the final
     hyperparameters.
     """
+    if sweeps_per_iteration < 1:
+        raise ValueError(f"`sweeps_per_iteration` must be at least 1, got {sweeps_per_iteration}.")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size}.")
     sweep = _compiled_sweep(model, damping, update)
     optimizer = tf_keras.optimizers.Adam(learning_rate)
     variables = model.trainable_variables

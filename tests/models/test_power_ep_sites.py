@@ -454,6 +454,10 @@ def test_bad_classification_settings_raise_clear_errors(rng):
         model.sweep(damping=0.0)
     with pytest.raises(ValueError, match="update"):
         model.sweep(update="sequential")
+    with pytest.raises(ValueError, match="sweeps_per_iteration"):
+        fit_power_ep(model, iterations=1, sweeps_per_iteration=0, progress=False)
+    with pytest.raises(ValueError, match="batch_size"):
+        fit_power_ep(model, iterations=1, batch_size=0, progress=False)
     closed = PowerEPSGP((X, np.sin(X)), kernel(), Z)
     with pytest.raises(ValueError, match="inference='sites'"):
         closed.sweep()
