@@ -3,8 +3,8 @@ gpflow-tight: tighter and more general sparse Gaussian-process approximations as
 GPflow 2 models.
 """
 
-from . import datasets, tighter, tilted, training
-from .models import DTC, FITC, PITC, VFE, PowerEPSGP, TightSGPR, TightSVGP
+from . import datasets, neighbors, tighter, tilted, training
+from .models import DTC, FITC, PITC, VFE, VNNGP, PowerEPSGP, TightSGPR, TightSVGP
 from .tilted import exact_probit
 from .validation import CholeskyError
 
@@ -18,9 +18,11 @@ __all__ = [
     "PITC",
     "VFE",
     "DTC",
+    "VNNGP",
     "exact_probit",
     "CholeskyError",
     "datasets",
+    "neighbors",
     "tighter",
     "tilted",
     "training",

@@ -3,5 +3,16 @@
 from .power_ep import DTC, FITC, PITC, VFE, PowerEPPosterior, PowerEPSGP
 from .tight_sgpr import TightSGPR
 from .tight_svgp import TightSVGP
+from .vnngp import VNNGP
 
-__all__ = ["TightSGPR", "TightSVGP", "PowerEPSGP", "PowerEPPosterior", "FITC", "PITC", "VFE", "DTC"]
+__all__ = [
+    "TightSGPR",
+    "TightSVGP",
+    "PowerEPSGP",
+    "PowerEPPosterior",
+    "FITC",
+    "PITC",
+    "VFE",
+    "DTC",
+    "VNNGP",
+]

@@ -1,0 +1,319 @@
+"""
+VNNGP: the variational nearest-neighbour Gaussian process of Wu, Pleiss & Cunningham,
+*Variational nearest neighbor Gaussian process* (ICML 2022).
+"""
+
+from typing import Any
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes, inherit_check_shapes
+from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
+from gpflow.config import default_float, default_jitter
+from gpflow.kernels import Kernel
+from gpflow.likelihoods import Likelihood
+from gpflow.mean_functions import MeanFunction
+from gpflow.models import ExternalDataTrainingLossMixin, GPModel
+from gpflow.utilities import positive
+
+from ..neighbors import nearest_neighbors, sequential_nearest_neighbors
+from ..validation import check_batch, checked_cholesky
+from .base import ExplainsCholeskyFailures
+
+__all__ = ["VNNGP"]
+
+NEIGHBOURS = "K_nn (the covariance of a point's nearest inducing points)"
+
+
+class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
+    """
+    Variational nearest-neighbour GP :cite:p:`wu2022variational`: a mean-field
+    :math:`q(\\mathbf u) = \\prod_j \\mathcal N(u_j; m_j, s_j)` against the nearest-neighbour
+    (Vecchia) prior :math:`p(\\mathbf u) \\approx \\prod_j p(u_j \\mid \\mathbf u_{n(j)})`, where
+    :math:`n(j)` holds the ``num_neighbors`` nearest inducing points among those earlier in a
+    (random) ordering, and :math:`p(f_i \\mid \\mathbf u) \\approx p(f_i \\mid \\mathbf u_{n(i)})`
+    with :math:`n(i)` the nearest inducing points of :math:`\\mathbf x_i`. The ELBO (eq. 12)
+
+    .. math::
+        \\sum_i \\mathbb E_{q(f_i)}[\\log p(y_i \\mid f_i)] - \\sum_j \\mathbb E_{q(\\mathbf
+        u_{n(j)})} \\mathrm{KL}[q(u_j) \\,\\|\\, p(u_j \\mid \\mathbf u_{n(j)})]
+
+    factorises over data and inducing points (eqs. 13-16, 25, 28), so a step costs
+    :math:`O((B + B_u) K^3)` for a data batch of size B and an inducing batch of size
+    :math:`B_u`, whatever N and M. Inducing points are usually the training inputs (M = N).
+
+    - Data batches are ``(X, Y)`` or ``(X, Y, neighbors)``, where ``neighbors`` [B, K] are the
+      rows of ``model.neighbors(X)``, computed once for the training inputs (with
+      ``scipy.spatial.cKDTree``; use :meth:`training_data` to build the triple). Without them the
+      nearest inducing points are found in the graph by brute force, :math:`O(BM)`.
+    - ``inducing_batch_size`` (default: all M, the exact KL every step) samples that many
+      inducing points uniformly with replacement for an unbiased KL estimate (eq. 19); an
+      explicit ``inducing_indices`` argument of :meth:`elbo` overrides it.
+    - Predictions use the ``num_neighbors_predict`` (default ``num_neighbors``) nearest inducing
+      points of each test input (spec §2), in chunks of ``prediction_batch_size`` rows.
+    - The same jitter (``gpflow.config.default_jitter()``) is added to every neighbour block and
+      to :math:`F_j`, so the prior is exactly the Vecchia approximation of
+      :math:`K_{ZZ} + \\epsilon I`.
+
+    With ``num_neighbors = M - 1`` the KL is the full SVGP KL for a diagonal q(u); with also
+    ``num_neighbors_predict = M`` the model equals ``gpflow.models.SVGP(q_diag=True,
+    whiten=False)``. If the inducing inputs move, call :meth:`update_neighbors` (and recompute
+    the data neighbours).
+
+    :param inducing_variable: inducing inputs [M, D] (an array or ``InducingPoints``); they are
+        not trained by default (``trainable=False``), as in the paper.
+    :param num_neighbors: K, 1 ≤ K ≤ M - 1.
+    :param ordering: ``"random"`` (the paper; a permutation drawn with ``seed``) or ``"given"``.
+    :param q_mu: initial means [M, L] (default 0); ``q_sqrt``: standard deviations [M, L]
+        (default 1).
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        likelihood: Likelihood,
+        inducing_variable: Any,
+        num_neighbors: int,
+        *,
+        mean_function: MeanFunction | None = None,
+        num_latent_gps: int = 1,
+        q_mu: np.ndarray | None = None,
+        q_sqrt: np.ndarray | None = None,
+        num_data: int | None = None,
+        num_neighbors_predict: int | None = None,
+        inducing_batch_size: int | None = None,
+        prediction_batch_size: int = 10_000,
+        ordering: str = "random",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(kernel, likelihood, mean_function, num_latent_gps)
+        if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
+            Z = inducing_variable.Z.numpy()
+        else:
+            Z = np.asarray(inducing_variable, dtype=float)
+        _check_inducing_inputs(Z)
+        num_inducing = len(Z)
+        self.num_neighbors = _check_count(num_neighbors, "num_neighbors", num_inducing - 1)
+        self.num_neighbors_predict = _check_count(
+            num_neighbors if num_neighbors_predict is None else num_neighbors_predict,
+            "num_neighbors_predict",
+            num_inducing,
+        )
+        if inducing_batch_size is not None:
+            inducing_batch_size = _check_count(inducing_batch_size, "inducing_batch_size", None)
+        self.inducing_batch_size = inducing_batch_size
+        self.prediction_batch_size = _check_count(
+            prediction_batch_size, "prediction_batch_size", None
+        )
+        self.num_data = num_data
+        self.inducing_variable = gpflow.inducing_variables.InducingPoints(Z)
+        gpflow.set_trainable(self.inducing_variable, False)
+
+        if ordering == "random":
+            self.ordering = np.random.default_rng(seed).permutation(num_inducing)
+        elif ordering == "given":
+            self.ordering = np.arange(num_inducing)
+        else:
+            raise ValueError(f"`ordering` must be 'random' or 'given', got {ordering!r}.")
+        self._prior_neighbors = tf.Variable(
+            tf.zeros([num_inducing, self.num_neighbors], tf.int64), trainable=False
+        )
+        self._prior_mask = tf.Variable(
+            tf.zeros([num_inducing, self.num_neighbors], tf.bool), trainable=False
+        )
+        self.update_neighbors()
+        self._sampler = tf.random.Generator.from_seed(seed)
+
+        shape = (num_inducing, num_latent_gps)
+        q_mu = np.zeros(shape) if q_mu is None else np.asarray(q_mu, dtype=float)
+        q_sqrt = np.ones(shape) if q_sqrt is None else np.asarray(q_sqrt, dtype=float)
+        for name, value in (("q_mu", q_mu), ("q_sqrt", q_sqrt)):
+            if value.shape != shape:
+                raise ValueError(
+                    f"`{name}` must have shape [M, L] = {list(shape)}, got {value.shape}."
+                )
+        if not np.all(np.isfinite(q_mu)) or not np.all(np.isfinite(q_sqrt)) or np.any(q_sqrt <= 0):
+            raise ValueError("`q_mu` must be finite and `q_sqrt` finite and strictly positive.")
+        self.q_mu = Parameter(q_mu, dtype=default_float())
+        self.q_sqrt = Parameter(q_sqrt, transform=positive())
+
+    # ---------------------------------------------------------------------------------------
+    # neighbours
+
+    def update_neighbors(self) -> None:
+        """Recompute the prior neighbour table :math:`n(j)` from the current inducing inputs."""
+        Z = self.inducing_variable.Z.numpy()
+        _check_inducing_inputs(Z)
+        index, mask = sequential_nearest_neighbors(Z[self.ordering], self.num_neighbors)
+        rows = np.empty_like(index)
+        rows[self.ordering] = self.ordering[index]  # back from positions to rows of Z
+        masks = np.empty_like(mask)
+        masks[self.ordering] = mask
+        self._prior_neighbors.assign(rows)
+        self._prior_mask.assign(masks)
+
+    def neighbors(self, X: np.ndarray, k: int | None = None) -> np.ndarray:
+        """Rows [N, k] of the ``k`` (default ``num_neighbors_predict``) nearest inducing inputs."""
+        k = self.num_neighbors_predict if k is None else k
+        return nearest_neighbors(self.inducing_variable.Z.numpy(), np.asarray(X, float), k)
+
+    def training_data(self, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(X, Y, neighbors)`` for :meth:`elbo`: the neighbours are looked up once."""
+        return np.asarray(X), np.asarray(Y), self.neighbors(X)
+
+    def _graph_neighbors(self, X: tf.Tensor) -> tf.Tensor:
+        """Brute-force nearest inducing inputs inside the graph, :math:`O(BM)`."""
+        Z = self.inducing_variable.Z
+        distances = (
+            tf.reduce_sum(tf.square(X), 1)[:, None]
+            - 2 * tf.linalg.matmul(X, Z, transpose_b=True)
+            + tf.reduce_sum(tf.square(Z), 1)[None, :]
+        )
+        return tf.math.top_k(-distances, k=self.num_neighbors_predict).indices
+
+    # ---------------------------------------------------------------------------------------
+    # conditionals
+
+    def _conditional_on_neighbors(
+        self, X: tf.Tensor, neighbors: tf.Tensor, mask: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """
+        For each row x of ``X`` and its neighbour set (masked entries are ignored):
+        :math:`\\mathbf a = (K_{nn} + \\epsilon I)^{-1}\\mathbf k_{nx}` [B, K] and
+        :math:`c = k_{xx} - \\mathbf k_{nx}^T \\mathbf a` [B].
+        """
+        Z_neighbors = tf.gather(self.inducing_variable.Z, neighbors)  # [B, K, D]
+        joint = self.kernel(tf.concat([Z_neighbors, X[:, None, :]], axis=1))  # [B, K+1, K+1]
+        K_nn, k_nx, k_xx = joint[:, :-1, :-1], joint[:, :-1, -1], joint[:, -1, -1]
+        eye = tf.eye(tf.shape(K_nn)[-1], dtype=K_nn.dtype)
+        if mask is not None:  # padded neighbours: identity rows and columns, no covariance
+            m = tf.cast(mask, K_nn.dtype)
+            K_nn = K_nn * m[:, :, None] * m[:, None, :] + eye * (1 - m[:, :, None])
+            k_nx = k_nx * m
+        L = checked_cholesky(K_nn + default_jitter() * eye, NEIGHBOURS)
+        a = tf.linalg.cholesky_solve(L, k_nx[..., None])[..., 0]
+        return a, k_xx - tf.reduce_sum(k_nx * a, axis=-1)
+
+    def _q_f(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
+        """Eq. 25: the marginals of q(f) at X, [B, L] each."""
+        a, c = self._conditional_on_neighbors(X, neighbors)
+        residual = tf.gather(self.q_mu - self.mean_function(self.inducing_variable.Z), neighbors)
+        variances = tf.gather(tf.square(self.q_sqrt), neighbors)  # [B, K, L]
+        mean = self.mean_function(X) + tf.einsum("bk,bkl->bl", a, residual)
+        return mean, c[:, None] + tf.einsum("bk,bkl->bl", tf.square(a), variances)
+
+    # ---------------------------------------------------------------------------------------
+    # objective
+
+    @check_shapes("indices: [B_u]", "return: []")
+    def prior_kl_terms(self, indices: tf.Tensor) -> tf.Tensor:
+        """
+        :math:`\\sum_{j} \\mathrm{KL}_j` over the inducing points ``indices`` (eq. 28): each is
+        :math:`\\tfrac12[\\log F_j - \\log s_j - 1 + (s_j + \\sum_l b_{jl}^2 s_{n(j)_l} +
+        (m_j - \\mu_j - \\mathbf b_j^T(\\mathbf m_{n(j)} - \\boldsymbol\\mu_{n(j)}))^2) / F_j]`,
+        summed over latent GPs.
+        """
+        Z = self.inducing_variable.Z
+        neighbors = tf.gather(self._prior_neighbors, indices)
+        mask = tf.gather(self._prior_mask, indices)
+        b, F = self._conditional_on_neighbors(tf.gather(Z, indices), neighbors, mask)
+        F = F + default_jitter()  # Vecchia conditional of K_ZZ + εI
+        residual = self.q_mu - self.mean_function(Z)  # [M, L]
+        variances = tf.square(self.q_sqrt)
+        b = b * tf.cast(mask, b.dtype)
+        predicted = tf.einsum("bk,bkl->bl", b, tf.gather(residual, neighbors))
+        spread = tf.einsum("bk,bkl->bl", tf.square(b), tf.gather(variances, neighbors))
+        s_j = tf.gather(variances, indices)
+        quadratic = s_j + spread + tf.square(tf.gather(residual, indices) - predicted)
+        terms = tf.math.log(F)[:, None] - tf.math.log(s_j) - 1 + quadratic / F[:, None]
+        return 0.5 * tf.reduce_sum(terms)
+
+    def prior_kl(self) -> tf.Tensor:
+        """The full KL, :math:`O(M K^3)`."""
+        return self.prior_kl_terms(tf.range(self.inducing_variable.num_inducing, dtype=tf.int64))
+
+    def elbo(self, data: Any, inducing_indices: tf.Tensor | None = None) -> tf.Tensor:
+        """
+        The ELBO (eq. 12), or its unbiased minibatch estimate (eq. 19): the data term scaled by
+        ``num_data / B``; the KL exact, or from ``inducing_indices`` (or ``inducing_batch_size``
+        points drawn uniformly with replacement) scaled by :math:`M / B_u`.
+
+        :param data: ``(X, Y)`` or ``(X, Y, neighbors)`` with ``neighbors`` from
+            :meth:`neighbors`.
+        """
+        X, Y = data[0], data[1]
+        check_batch(X, Y)
+        neighbors = data[2] if len(data) > 2 else self._graph_neighbors(X)
+        mean, var = self._q_f(X, neighbors)
+        expected = tf.reduce_sum(self.likelihood.variational_expectations(X, mean, var, Y))
+        if self.num_data is not None:
+            batch = tf.cast(tf.shape(X)[0], expected.dtype)
+            expected *= tf.cast(self.num_data, expected.dtype) / batch
+        num_inducing = self.inducing_variable.num_inducing
+        if inducing_indices is None and self.inducing_batch_size is not None:
+            inducing_indices = self._sampler.uniform(
+                [self.inducing_batch_size], 0, num_inducing, dtype=tf.int64
+            )
+        if inducing_indices is None:
+            kl = self.prior_kl()
+        else:
+            size = tf.cast(tf.shape(inducing_indices)[0], expected.dtype)
+            kl = self.prior_kl_terms(inducing_indices) * tf.cast(num_inducing, size.dtype) / size
+        return expected - kl
+
+    def maximum_log_likelihood_objective(self, data: Any) -> tf.Tensor:  # type: ignore[override]
+        return self.elbo(data)
+
+    # ---------------------------------------------------------------------------------------
+    # prediction
+
+    @inherit_check_shapes
+    def predict_f(
+        self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
+    ) -> MeanAndVariance:
+        """
+        Spec §2: the marginals of q(f*) from the ``num_neighbors_predict`` nearest inducing
+        points. Eagerly, the neighbours come from a k-d tree and the work is split into chunks
+        of ``prediction_batch_size`` rows; inside ``tf.function`` they are found by brute force.
+        """
+        if full_cov or full_output_cov:
+            raise ValueError(
+                "VNNGP's q(f) is a product of marginals (paper eq. 11): use full_cov=False and "
+                "full_output_cov=False."
+            )
+        if not tf.executing_eagerly():
+            return self._q_f(Xnew, self._graph_neighbors(Xnew))
+        Xnew = np.asarray(Xnew)
+        means, variances = [], []
+        for start in range(0, max(len(Xnew), 1), self.prediction_batch_size):
+            chunk = Xnew[start : start + self.prediction_batch_size]
+            mean, var = self._q_f(tf.constant(chunk, default_float()), self.neighbors(chunk))
+            means.append(mean)
+            variances.append(var)
+        return tf.concat(means, 0), tf.concat(variances, 0)
+
+
+def _check_count(value: Any, name: str, maximum: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"`{name}` must be an int, got {value!r}.")
+    if value < 1 or (maximum is not None and value > maximum):
+        bound = "" if maximum is None else f" and at most {maximum}"
+        hint = " (K = M - 1 already gives the exact prior)" if name == "num_neighbors" else ""
+        raise ValueError(f"`{name}` must be at least 1{bound}{hint}, got {value}.")
+    return int(value)
+
+
+def _check_inducing_inputs(Z: np.ndarray) -> None:
+    if Z.ndim != 2 or len(Z) < 2:
+        raise ValueError(
+            f"`inducing_variable` must be an array [M, D] with M ≥ 2, got shape {Z.shape}."
+        )
+    if not np.all(np.isfinite(Z)):
+        raise ValueError("`inducing_variable` contains NaN or infinite values.")
+    unique = np.unique(Z, axis=0)
+    if len(unique) < len(Z):
+        raise ValueError(
+            f"`inducing_variable` has {len(Z) - len(unique)} duplicated row(s): their neighbour "
+            "covariance is singular. Remove duplicates (e.g. `np.unique(Z, axis=0)`)."
+        )
