@@ -9,7 +9,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
-from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
+from gpflow.base import InputData, MeanAndVariance, Parameter
 from gpflow.config import default_float, default_jitter
 from gpflow.kernels import Kernel
 from gpflow.likelihoods import Likelihood
