@@ -172,6 +172,15 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         )
         return tf.math.top_k(-distances, k=self.num_neighbors_predict).indices
 
+    def _check_input_dim(self, X: Any, name: str) -> None:
+        expected = self.inducing_variable.Z.shape[-1]
+        got = X.shape[-1] if len(X.shape) == 2 else None
+        if got is not None and got != expected:
+            raise ValueError(
+                f"`{name}` must have {expected} columns (the inducing inputs' dimension), got "
+                f"shape {tuple(X.shape)}."
+            )
+
     # ---------------------------------------------------------------------------------------
     # conditionals
 
@@ -231,7 +240,7 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
 
     def prior_kl(self) -> tf.Tensor:
         """The full KL, :math:`O(M K^3)`."""
-        return self.prior_kl_terms(tf.range(self.inducing_variable.num_inducing, dtype=tf.int64))
+        return self.prior_kl_terms(tf.range(self.inducing_variable.Z.shape[0], dtype=tf.int64))
 
     def elbo(self, data: Any, inducing_indices: tf.Tensor | None = None) -> tf.Tensor:
         """
@@ -244,13 +253,14 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         """
         X, Y = data[0], data[1]
         check_batch(X, Y)
+        self._check_input_dim(X, "data X")
         neighbors = data[2] if len(data) > 2 else self._graph_neighbors(X)
         mean, var = self._q_f(X, neighbors)
         expected = tf.reduce_sum(self.likelihood.variational_expectations(X, mean, var, Y))
         if self.num_data is not None:
             batch = tf.cast(tf.shape(X)[0], expected.dtype)
             expected *= tf.cast(self.num_data, expected.dtype) / batch
-        num_inducing = self.inducing_variable.num_inducing
+        num_inducing = self.inducing_variable.Z.shape[0]
         if inducing_indices is None and self.inducing_batch_size is not None:
             inducing_indices = self._sampler.uniform(
                 [self.inducing_batch_size], 0, num_inducing, dtype=tf.int64
@@ -282,6 +292,7 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
                 "VNNGP's q(f) is a product of marginals (paper eq. 11): use full_cov=False and "
                 "full_output_cov=False."
             )
+        self._check_input_dim(Xnew, "Xnew")
         if not tf.executing_eagerly():
             return self._q_f(Xnew, self._graph_neighbors(Xnew))
         Xnew = np.asarray(Xnew)

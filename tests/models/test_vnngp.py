@@ -1,0 +1,357 @@
+"""
+VNNGP against dense numpy formulas written from spec/vnngp.md (the Vecchia prior as an explicit
+M x M precision, brute-force neighbours), against gpflow.models.SVGP at full conditioning, and
+the closed-form optimum for a Gaussian likelihood (properties P1-P3, P6, P8, P10-P12).
+"""
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import gpflow_tight
+from gpflow_tight import VNNGP
+from gpflow_tight.neighbors import sequential_nearest_neighbors
+from tests.reference import gauss_kl, se_kernel
+
+VARIANCE, LENGTHSCALE, NOISE, JITTER = 1.3, 0.8, 0.1, 1e-6
+
+
+def kernel():
+    return gpflow.kernels.SquaredExponential(variance=VARIANCE, lengthscales=LENGTHSCALE)
+
+
+def make_problem(rng, num_data=30, num_inducing=12, num_latent=1):
+    X = rng.uniform(-3, 3, (num_data, 2))
+    Y = np.sin(X[:, :1]) * np.cos(X[:, 1:]) + 0.2 * rng.standard_normal((num_data, num_latent))
+    Z = rng.uniform(-3, 3, (num_inducing, 2))
+    q_mu = rng.standard_normal((num_inducing, num_latent))
+    q_sqrt = rng.uniform(0.2, 1.0, (num_inducing, num_latent))
+    return X, Y, Z, q_mu, q_sqrt
+
+
+def brute_force_prior_neighbors(Z, order, k):
+    """n(j): the k nearest rows of Z among those earlier in `order`."""
+    position = np.empty(len(Z), int)
+    position[order] = np.arange(len(Z))
+    sets = []
+    for j in range(len(Z)):
+        earlier = np.flatnonzero(position < position[j])
+        distances = np.sum((Z[earlier] - Z[j]) ** 2, axis=1)
+        sets.append(earlier[np.argsort(distances)[:k]])
+    return sets
+
+
+def dense_vecchia_covariance(Z, neighbor_sets):
+    """K̃ = ((I - B)ᵀ F⁻¹ (I - B))⁻¹ for the Vecchia approximation of K_ZZ + εI (spec §1.2)."""
+    K = se_kernel(Z, Z, VARIANCE, LENGTHSCALE) + JITTER * np.eye(len(Z))
+    B, F = np.zeros_like(K), np.zeros(len(Z))
+    for j, n in enumerate(neighbor_sets):
+        b = np.linalg.solve(K[np.ix_(n, n)], K[n, j]) if len(n) else np.zeros(0)
+        B[j, n] = b
+        F[j] = K[j, j] - K[n, j] @ b
+    I_B = np.eye(len(Z)) - B
+    return np.linalg.inv(I_B.T @ np.diag(1 / F) @ I_B)
+
+
+def dense_q_f(X, Z, q_mu, q_sqrt, k, mean=0.0):
+    """Eq. 25 with brute-force neighbours: the marginals of q(f) at X."""
+    means, variances = [], []
+    for x in X:
+        n = np.argsort(np.sum((Z - x) ** 2, axis=1))[:k]
+        K_nn = se_kernel(Z[n], Z[n], VARIANCE, LENGTHSCALE) + JITTER * np.eye(len(n))
+        k_nx = se_kernel(Z[n], x[None], VARIANCE, LENGTHSCALE)[:, 0]
+        a = np.linalg.solve(K_nn, k_nx)
+        means.append(mean + a @ (q_mu[n] - mean))
+        variances.append(VARIANCE - k_nx @ a + (a**2) @ q_sqrt[n] ** 2)
+    return np.array(means), np.array(variances)
+
+
+def gaussian_expectation(Y, mean, var, noise=NOISE):
+    return np.sum(-0.5 * np.log(2 * np.pi * noise) - 0.5 * ((Y - mean) ** 2 + var) / noise)
+
+
+def model_for(Z, q_mu, q_sqrt, k, likelihood=None, **kwargs):
+    return VNNGP(
+        kernel(),
+        likelihood or gpflow.likelihoods.Gaussian(NOISE),
+        Z,
+        num_neighbors=k,
+        q_mu=q_mu,
+        q_sqrt=q_sqrt,
+        num_latent_gps=q_mu.shape[1],
+        **kwargs,
+    )
+
+
+# --- neighbours (P12) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ordering", ["random", "given"])
+def test_prior_neighbors_match_brute_force(rng, ordering):
+    Z = rng.standard_normal((70, 3))
+    model = model_for(Z, np.zeros((70, 1)), np.ones((70, 1)), 6, ordering=ordering, seed=3)
+    reference = brute_force_prior_neighbors(Z, model.ordering, 6)
+    table, mask = model._prior_neighbors.numpy(), model._prior_mask.numpy()
+    for j, expected in enumerate(reference):
+        np.testing.assert_array_equal(table[j][mask[j]], expected)
+
+
+def test_sequential_neighbors_on_larger_sets(rng):
+    """The blockwise k-d tree search equals brute force, in both of its regimes."""
+    points = rng.standard_normal((300, 2))
+    index, mask = sequential_nearest_neighbors(points, 40)
+    reference = brute_force_prior_neighbors(points, np.arange(300), 40)
+    for j, expected in enumerate(reference):
+        np.testing.assert_array_equal(index[j][mask[j]], expected)
+
+
+def test_test_point_neighbors_and_update_after_moving_z(rng):
+    X, _, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 4)
+    expected = np.argsort(np.sum((X[:, None] - Z[None]) ** 2, -1), axis=1)[:, :4]
+    np.testing.assert_array_equal(model.neighbors(X), expected)
+    moved = Z + rng.normal(0, 0.5, Z.shape)
+    model.inducing_variable.Z.assign(moved)
+    model.update_neighbors()
+    reference = brute_force_prior_neighbors(moved, model.ordering, 4)
+    table, mask = model._prior_neighbors.numpy(), model._prior_mask.numpy()
+    for j, want in enumerate(reference):
+        np.testing.assert_array_equal(table[j][mask[j]], want)
+
+
+# --- the KL (P1, P2) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_kl_equals_dense_kl_against_the_vecchia_prior(rng, k):
+    _, _, Z, q_mu, q_sqrt = make_problem(rng, num_latent=2)
+    model = model_for(Z, q_mu, q_sqrt, k, mean_function=gpflow.mean_functions.Constant(0.3))
+    Ktilde = dense_vecchia_covariance(Z, brute_force_prior_neighbors(Z, model.ordering, k))
+    reference = sum(
+        gauss_kl(q_mu[:, l] - 0.3, np.diag(q_sqrt[:, l] ** 2), Ktilde) for l in range(2)
+    )
+    np.testing.assert_allclose(model.prior_kl().numpy(), reference, rtol=1e-9)
+
+
+def test_full_conditioning_equals_svgp(rng):
+    """P2, P3: K = M - 1 gives SVGP's KL in any ordering; with all M neighbours for the data
+    term the ELBO and the predictions are SVGP's (q_diag=True, whiten=False)."""
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    Xnew = rng.uniform(-3, 3, (6, 2))
+    for likelihood in (gpflow.likelihoods.Gaussian(NOISE), gpflow.likelihoods.Bernoulli()):
+        labels = Y if isinstance(likelihood, gpflow.likelihoods.Gaussian) else (Y > 0) * 1.0
+        svgp = gpflow.models.SVGP(
+            kernel(), likelihood, Z, q_diag=True, whiten=False, q_mu=q_mu, q_sqrt=q_sqrt
+        )
+        for seed in (0, 1):
+            model = model_for(
+                Z, q_mu, q_sqrt, len(Z) - 1, likelihood, num_neighbors_predict=len(Z), seed=seed
+            )
+            np.testing.assert_allclose(model.prior_kl().numpy(), svgp.prior_kl().numpy(), rtol=1e-9)
+            np.testing.assert_allclose(
+                model.elbo((X, labels)).numpy(), svgp.elbo((X, labels)).numpy(), rtol=1e-9
+            )
+        for ours, theirs in zip(model.predict_f(Xnew), svgp.predict_f(Xnew)):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-8, atol=1e-12)
+
+
+# --- the ELBO -----------------------------------------------------------------------------
+
+
+def test_elbo_and_predictions_equal_dense_formula(rng):
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 3, num_data=len(X))
+    Ktilde = dense_vecchia_covariance(Z, brute_force_prior_neighbors(Z, model.ordering, 3))
+    mean, var = dense_q_f(X, Z, q_mu, q_sqrt, 3)
+    reference = gaussian_expectation(Y, mean, var) - gauss_kl(
+        q_mu[:, 0], np.diag(q_sqrt[:, 0] ** 2), Ktilde
+    )
+    np.testing.assert_allclose(model.elbo((X, Y)).numpy(), reference, rtol=1e-9)
+    np.testing.assert_allclose(model.elbo(model.training_data(X, Y)).numpy(), reference, rtol=1e-9)
+    f_mean, f_var = model.predict_f(X)
+    np.testing.assert_allclose(f_mean.numpy(), mean, rtol=1e-9)
+    np.testing.assert_allclose(f_var.numpy(), var, rtol=1e-9)
+    y_mean, y_var = model.predict_y(X)
+    np.testing.assert_allclose(y_var.numpy(), var + NOISE, rtol=1e-9)
+
+
+def test_doubly_minibatched_estimate_is_unbiased(rng):
+    """P8: averaged over a partition into equal data blocks and equal inducing blocks, the
+    scaled estimates equal the full ELBO."""
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng, num_data=24, num_inducing=12)
+    model = model_for(Z, q_mu, q_sqrt, 3, num_data=24)
+    data = model.training_data(X, Y)
+    data_blocks = rng.permutation(24).reshape(4, 6)
+    inducing_blocks = rng.permutation(12).reshape(4, 3)
+    estimates = [
+        model.elbo(tuple(part[rows] for part in data), tf.constant(inducing)).numpy()
+        for rows, inducing in zip(data_blocks, inducing_blocks)
+    ]
+    np.testing.assert_allclose(np.mean(estimates), model.elbo(data).numpy(), rtol=1e-12)
+
+
+def test_sampled_inducing_batches_average_to_the_full_kl(rng):
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 3, inducing_batch_size=4, seed=7)
+    data = model.training_data(X, Y)
+    loss = model.training_loss_closure(data, compile=True)
+    draws = np.array([loss().numpy() for _ in range(400)])
+    full = -model_for(Z, q_mu, q_sqrt, 3, seed=7).elbo(data).numpy()
+    standard_error = draws.std() / np.sqrt(len(draws))
+    assert draws.std() > 0
+    assert abs(draws.mean() - full) < 4 * standard_error
+
+
+def test_training_inputs_as_inducing_points_give_q_u(rng):
+    """P10: with Z = X and a tiny jitter, q(f_i) is q(u_i)."""
+    X, Y, _, _, _ = make_problem(rng)
+    q_mu, q_sqrt = rng.standard_normal((len(X), 1)), rng.uniform(0.2, 1, (len(X), 1))
+    with gpflow.config.as_context(gpflow.config.Config(jitter=1e-10)):
+        model = model_for(X, q_mu, q_sqrt, 5)
+        mean, var = model.predict_f(X)
+    np.testing.assert_allclose(mean.numpy(), q_mu, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(var.numpy(), q_sqrt**2, rtol=1e-5, atol=1e-7)
+
+
+def test_closed_form_optimum_for_gaussian_likelihood(rng):
+    """P6: with Z = X the optimal mean-field q and the optimal ELBO are closed form, and the
+    optimiser reaches them."""
+    X, Y, _, _, _ = make_problem(rng, num_data=20)
+    k = 4
+    start = model_for(X, np.zeros((20, 1)), np.ones((20, 1)), k, ordering="given")
+    Ktilde = dense_vecchia_covariance(X, brute_force_prior_neighbors(X, np.arange(20), k))
+    # The data term sees q(f_i) = q(u_i) up to the jitter, so use the exact conditional's
+    # A = K_{X n} (K_nn + εI)^-1 rows for the optimum (spec P6, general X ≠ Z form).
+    A = np.zeros((20, 20))
+    C = np.zeros(20)
+    for i, x in enumerate(X):
+        n = np.argsort(np.sum((X - x) ** 2, axis=1))[:k]
+        K_nn = se_kernel(X[n], X[n], VARIANCE, LENGTHSCALE) + JITTER * np.eye(k)
+        k_nx = se_kernel(X[n], x[None], VARIANCE, LENGTHSCALE)[:, 0]
+        A[i, n] = np.linalg.solve(K_nn, k_nx)
+        C[i] = VARIANCE - k_nx @ A[i, n]
+    Lambda = np.linalg.inv(Ktilde) + A.T @ A / NOISE
+    m_star = np.linalg.solve(Lambda, A.T @ Y / NOISE)
+    s_star = 1 / np.diag(Lambda)
+    optimum = model_for(X, m_star, np.sqrt(s_star)[:, None], k, ordering="given")
+    reference = gaussian_expectation(Y, A @ m_star, (C + (A**2) @ s_star)[:, None]) - gauss_kl(
+        m_star[:, 0], np.diag(s_star), Ktilde
+    )
+    np.testing.assert_allclose(optimum.elbo((X, Y)).numpy(), reference, rtol=1e-9)
+    gpflow.set_trainable(start.kernel, False)
+    gpflow.set_trainable(start.likelihood, False)
+    gpflow.optimizers.Scipy().minimize(
+        start.training_loss_closure((X, Y)),
+        start.trainable_variables,
+        options=dict(maxiter=3000, gtol=1e-10),
+    )
+    np.testing.assert_allclose(start.elbo((X, Y)).numpy(), reference, rtol=1e-7)
+    np.testing.assert_allclose(start.q_mu.numpy(), m_star, rtol=1e-4, atol=1e-5)
+
+
+# --- predictions (P11) --------------------------------------------------------------------
+
+
+def test_predictions_far_away_are_the_prior_and_chunking_is_exact(rng):
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 3, mean_function=gpflow.mean_functions.Constant(0.5))
+    far = np.array([[100.0, 100.0], [-80.0, 90.0]])
+    mean, var = model.predict_f(far)
+    np.testing.assert_allclose(mean.numpy(), 0.5, atol=1e-12)
+    np.testing.assert_allclose(var.numpy(), VARIANCE, rtol=1e-12)
+    Xnew = rng.uniform(-3, 3, (23, 2))
+    whole = model.predict_f(Xnew)
+    model.prediction_batch_size = 5
+    for chunked, single in zip(model.predict_f(Xnew), whole):
+        np.testing.assert_allclose(chunked.numpy(), single.numpy(), rtol=1e-13)
+    compiled = tf.function(lambda x: model.predict_f(x))(tf.constant(Xnew))
+    for graph, eager in zip(compiled, whole):
+        np.testing.assert_allclose(graph.numpy(), eager.numpy(), rtol=1e-12)
+    assert whole[0].shape == (23, 1)
+
+
+# --- training, precision, saving -----------------------------------------------------------
+
+
+def test_minibatch_training_with_tf_data_and_adam(rng):
+    X, Y, _, _, _ = make_problem(rng, num_data=200)
+    model = VNNGP(
+        kernel(),
+        gpflow.likelihoods.Gaussian(0.5),
+        X,
+        num_neighbors=8,
+        num_data=200,
+        inducing_batch_size=32,
+    )
+    data = model.training_data(X, Y)
+    history = gpflow_tight.training.fit_adam(
+        model, data, iterations=300, batch_size=32, learning_rate=0.05, progress=False
+    )
+    assert np.mean(history[-20:]) < np.mean(history[:20])
+    mean, _ = model.predict_f(X)
+    assert np.sqrt(np.mean((mean.numpy() - Y) ** 2)) < 0.5
+
+
+def test_float32(rng):
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    reference = model_for(Z, q_mu, q_sqrt, 3).elbo((X, Y)).numpy()
+    gpflow.config.set_default_float(np.float32)
+    model = model_for(Z.astype(np.float32), q_mu, q_sqrt, 3)
+    value = model.elbo((X.astype(np.float32), Y.astype(np.float32)))
+    assert value.dtype == tf.float32
+    np.testing.assert_allclose(value.numpy(), reference, rtol=1e-4)
+
+
+def test_checkpoint_round_trip(rng, tmp_path):
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 3)
+    gpflow_tight.training.fit_adam(model, (X, Y), iterations=5, progress=False)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    restored = model_for(Z, np.zeros_like(q_mu), np.ones_like(q_sqrt), 3)
+    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+    np.testing.assert_allclose(restored.elbo((X, Y)).numpy(), model.elbo((X, Y)).numpy())
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(num_neighbors=12), ValueError, "at most 11"),
+        (dict(num_neighbors=0), ValueError, "at least 1"),
+        (dict(num_neighbors=2.0), TypeError, "int"),
+        (dict(num_neighbors_predict=13), ValueError, "at most 12"),
+        (dict(ordering="sorted"), ValueError, "ordering"),
+        (dict(q_mu=np.zeros((11, 1))), ValueError, "q_mu"),
+        (dict(q_sqrt=-np.ones((12, 1))), ValueError, "strictly positive"),
+        (dict(inducing_batch_size=0), ValueError, "inducing_batch_size"),
+    ],
+)
+def test_bad_settings_raise_clear_errors(rng, kwargs, error, match):
+    _, _, Z, _, _ = make_problem(rng)
+    settings = dict(num_neighbors=3, **kwargs) if "num_neighbors" not in kwargs else kwargs
+    with pytest.raises(error, match=match):
+        VNNGP(kernel(), gpflow.likelihoods.Gaussian(), Z, **settings)
+
+
+def test_bad_inducing_inputs_and_data(rng):
+    X, Y, Z, _, _ = make_problem(rng)
+    with pytest.raises(ValueError, match="duplicated"):
+        VNNGP(kernel(), gpflow.likelihoods.Gaussian(), np.vstack([Z, Z[:2]]), num_neighbors=3)
+    with pytest.raises(ValueError, match="NaN"):
+        VNNGP(
+            kernel(), gpflow.likelihoods.Gaussian(), np.vstack([Z, [[np.nan, 0]]]), num_neighbors=3
+        )
+    with pytest.raises(ValueError, match=r"\[M, D\]"):
+        VNNGP(kernel(), gpflow.likelihoods.Gaussian(), Z[:, 0], num_neighbors=3)
+    model = VNNGP(kernel(), gpflow.likelihoods.Gaussian(), Z, num_neighbors=3)
+    with pytest.raises(ValueError, match="2 columns"):
+        model.elbo((X[:, :1], Y))
+    with pytest.raises(ValueError, match="rows"):
+        model.elbo((X, Y[:5]))
+    with pytest.raises(ValueError, match="product of marginals"):
+        model.predict_f(X, full_cov=True)
+    with pytest.raises(ValueError, match="2 columns"):
+        model.predict_f(X[:, :1])
