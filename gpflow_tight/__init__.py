@@ -4,7 +4,19 @@ GPflow 2 models.
 """
 
 from . import datasets, neighbors, tighter, tilted, training
-from .models import DTC, FITC, PITC, VFE, VNNGP, PowerEPSGP, TightSGPR, TightSVGP
+from .models import (
+    DTC,
+    FITC,
+    PITC,
+    TVBGPLVM,
+    VFE,
+    VNNGP,
+    MinibatchBayesianGPLVM,
+    PowerEPSGP,
+    TightBayesianGPLVM,
+    TightSGPR,
+    TightSVGP,
+)
 from .tilted import exact_probit
 from .validation import CholeskyError
 
@@ -19,6 +31,9 @@ __all__ = [
     "VFE",
     "DTC",
     "VNNGP",
+    "TightBayesianGPLVM",
+    "TVBGPLVM",
+    "MinibatchBayesianGPLVM",
     "exact_probit",
     "CholeskyError",
     "datasets",

@@ -1,5 +1,6 @@
 """The models of gpflow-tight, one module per family."""
 
+from .gplvm import TVBGPLVM, MinibatchBayesianGPLVM, TightBayesianGPLVM
 from .power_ep import DTC, FITC, PITC, VFE, PowerEPPosterior, PowerEPSGP
 from .tight_sgpr import TightSGPR
 from .tight_svgp import TightSVGP
@@ -15,4 +16,7 @@ __all__ = [
     "VFE",
     "DTC",
     "VNNGP",
+    "TightBayesianGPLVM",
+    "TVBGPLVM",
+    "MinibatchBayesianGPLVM",
 ]
