@@ -94,7 +94,8 @@ class TightBayesianGPLVM(ExplainsCholeskyFailures, BayesianGPLVM):
     - ``relaxation="sampled"``: the paper's :math:`m_n(\\mathbf x_n) = \\sigma^2 / (d_n(\\mathbf
       x_n) + \\sigma^2)`, giving :math:`-\\tfrac P2 \\sum_n \\langle \\log(1 + d_n(\\mathbf x_n) /
       \\sigma^2) \\rangle_{q(\\mathbf x_n)}`, at least as tight (Jensen), estimated without bias
-      from ``num_samples`` reparameterised samples of each :math:`q(\\mathbf x_n)` per call.
+      from ``num_samples`` reparameterised samples of each :math:`q(\\mathbf x_n)` per call;
+    - ``relaxation="none"``: :math:`m_n = 1`, the standard bound of ``BayesianGPLVM``.
 
     The optimal :math:`q(\\mathbf u)` is unchanged, so predictions at latent points are
     ``BayesianGPLVM``'s; :meth:`predict_log_density` scores held-out observations at given latent
@@ -116,8 +117,10 @@ class TightBayesianGPLVM(ExplainsCholeskyFailures, BayesianGPLVM):
         **kwargs: Any,
     ) -> None:
         _check_latent(data, X_data_mean, X_data_var, kwargs.get("inducing_variable"))
-        if relaxation not in ("analytic", "sampled"):
-            raise ValueError(f"`relaxation` must be 'analytic' or 'sampled', got {relaxation!r}.")
+        if relaxation not in ("analytic", "sampled", "none"):
+            raise ValueError(
+                f"`relaxation` must be 'analytic', 'sampled' or 'none', got {relaxation!r}."
+            )
         if num_samples < 1:
             raise ValueError(f"`num_samples` must be at least 1, got {num_samples}.")
         super().__init__(data, X_data_mean, X_data_var, kernel, *args, **kwargs)
@@ -176,6 +179,8 @@ class TightBayesianGPLVM(ExplainsCholeskyFailures, BayesianGPLVM):
             if self.relaxation == "analytic":
                 residual = _expected_residual(psi, L)
                 relaxation_term = log_residual_term(residual / sigma2)
+            elif self.relaxation == "none":
+                relaxation_term = -0.5 * tf.reduce_sum(_expected_residual(psi, L)) / sigma2
             else:
                 relaxation_term = self._sampled_residual_term(L, sigma2)
             return data_term + num_outputs * relaxation_term - self._latent_kl()
@@ -210,9 +215,10 @@ class MinibatchBayesianGPLVM(ExplainsCholeskyFailures, GPModel, ExternalDataTrai
     \\rangle / \\sigma^2)`; at the optimal :math:`q(\\mathbf u)` the bound equals
     :class:`TightBayesianGPLVM`'s (``tight=False``: ``BayesianGPLVM``'s).
 
-    Data batches are ``(rows, Y_rows)``: the integer row indices (which select
-    :math:`q(\\mathbf x_n)`) and the observations, e.g. from
-    ``tf.data.Dataset.from_tensor_slices((np.arange(N), Y))``; see :meth:`training_data`.
+    Data batches are ``(rows, Y_rows)``: the integer row indices [B, 1] (which select
+    :math:`q(\\mathbf x_n)`) and the observations [B, P], e.g. from
+    ``tf.data.Dataset.from_tensor_slices((np.arange(N)[:, None], Y))``; see
+    :meth:`training_data`.
     """
 
     def __init__(
@@ -260,7 +266,7 @@ class MinibatchBayesianGPLVM(ExplainsCholeskyFailures, GPModel, ExternalDataTrai
     @staticmethod
     def training_data(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, Y)`` for :meth:`elbo` and ``gpflow_tight.training.minibatches``."""
-        return np.arange(len(Y)), np.asarray(Y)
+        return np.arange(len(Y))[:, None], np.asarray(Y)
 
     def _projected_q(self, L: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """:math:`K_{uu}^{-1}\\mathbf m` [M, P] and the factor R [P, M, M] of
@@ -287,6 +293,7 @@ class MinibatchBayesianGPLVM(ExplainsCholeskyFailures, GPModel, ExternalDataTrai
     def elbo(self, data: tuple[Any, Any]) -> tf.Tensor:
         """The bound, with the row sums estimated from the minibatch ``(rows, Y_rows)``."""
         rows, Y = data
+        rows = tf.reshape(rows, [-1])
         Y = tf.convert_to_tensor(Y, default_float())
         mean, var = tf.gather(self.X_data_mean, rows), tf.gather(self.X_data_var, rows)
         psi = _psi_statistics(self.kernel, self.inducing_variable, mean, var)
