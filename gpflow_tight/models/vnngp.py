@@ -15,13 +15,14 @@ from gpflow.kernels import Kernel
 from gpflow.likelihoods import Likelihood
 from gpflow.mean_functions import MeanFunction
 from gpflow.models import ExternalDataTrainingLossMixin, GPModel
+from gpflow.posteriors import AbstractPosterior, PrecomputeCacheType, PrecomputedValue
 from gpflow.utilities import positive
 
 from ..neighbors import nearest_neighbors, sequential_nearest_neighbors
 from ..validation import check_batch, checked_cholesky
 from .base import ExplainsCholeskyFailures
 
-__all__ = ["VNNGP"]
+__all__ = ["VNNGP", "VNNGPPosterior"]
 
 NEIGHBOURS = "K_nn (the covariance of a point's nearest inducing points)"
 
@@ -204,13 +205,36 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         a = tf.linalg.cholesky_solve(L, k_nx[..., None])[..., 0]
         return a, k_xx - tf.reduce_sum(k_nx * a, axis=-1)
 
-    def _q_f(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
-        """Eq. 25: the marginals of q(f) at X, [B, L] each."""
+    def _q_g(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
+        """Eq. 25 without the mean function at X: the marginals of q(f) - μ(X), [B, L] each."""
         a, c = self._conditional_on_neighbors(X, neighbors)
         residual = tf.gather(self.q_mu - self.mean_function(self.inducing_variable.Z), neighbors)
         variances = tf.gather(tf.square(self.q_sqrt), neighbors)  # [B, K, L]
-        mean = self.mean_function(X) + tf.einsum("bk,bkl->bl", a, residual)
+        mean = tf.einsum("bk,bkl->bl", a, residual)
         return mean, c[:, None] + tf.einsum("bk,bkl->bl", tf.square(a), variances)
+
+    def _q_f(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
+        """Eq. 25: the marginals of q(f) at X, [B, L] each."""
+        mean, var = self._q_g(X, neighbors)
+        return mean + self.mean_function(X), var
+
+    def predict_g(self, Xnew: InputData) -> MeanAndVariance:
+        """
+        The marginals of q(f*) - μ(x*) from the ``num_neighbors_predict`` nearest inducing
+        points. Eagerly, the neighbours come from a k-d tree and the work is split into chunks
+        of ``prediction_batch_size`` rows; inside ``tf.function`` they are found by brute force.
+        """
+        self._check_input_dim(Xnew, "Xnew")
+        if not tf.executing_eagerly():
+            return self._q_g(Xnew, self._graph_neighbors(Xnew))
+        Xnew = np.asarray(Xnew)
+        means, variances = [], []
+        for start in range(0, max(len(Xnew), 1), self.prediction_batch_size):
+            chunk = Xnew[start : start + self.prediction_batch_size]
+            mean, var = self._q_g(tf.constant(chunk, default_float()), self.neighbors(chunk))
+            means.append(mean)
+            variances.append(var)
+        return tf.concat(means, 0), tf.concat(variances, 0)
 
     # ---------------------------------------------------------------------------------------
     # objective
@@ -278,31 +302,55 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
     # ---------------------------------------------------------------------------------------
     # prediction
 
+    def posterior(
+        self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
+    ) -> "VNNGPPosterior":
+        """A GPflow posterior object (nothing to precompute: q(u) is already the posterior)."""
+        return VNNGPPosterior(self, precompute_cache=precompute_cache)
+
     @inherit_check_shapes
     def predict_f(
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
-        """
-        Spec §2: the marginals of q(f*) from the ``num_neighbors_predict`` nearest inducing
-        points. Eagerly, the neighbours come from a k-d tree and the work is split into chunks
-        of ``prediction_batch_size`` rows; inside ``tf.function`` they are found by brute force.
-        """
+        """Spec §2: the marginals of q(f*), see :meth:`predict_g`."""
+        return self.posterior(PrecomputeCacheType.NOCACHE).fused_predict_f(
+            Xnew, full_cov=full_cov, full_output_cov=full_output_cov
+        )
+
+
+class VNNGPPosterior(AbstractPosterior):
+    """
+    The posterior of a :class:`VNNGP`: marginals only, since q(f) is a product of marginals
+    (paper eq. 11), each from the nearest inducing points of the test input.
+    """
+
+    def __init__(self, model: VNNGP, *, precompute_cache: PrecomputeCacheType | None) -> None:
+        super().__init__(model.kernel, model.inducing_variable.Z, mean_function=model.mean_function)
+        self._predict_g = model.predict_g
+        if precompute_cache is not None:
+            self.update_cache(precompute_cache)
+
+    def _precompute(self) -> tuple[PrecomputedValue, ...]:
+        return ()
+
+    def _conditional_with_precompute(
+        self,
+        cache: tuple[tf.Tensor, ...],
+        Xnew: Any,
+        full_cov: bool = False,
+        full_output_cov: bool = False,
+    ) -> MeanAndVariance:
+        return self._conditional_fused(Xnew, full_cov, full_output_cov)
+
+    def _conditional_fused(
+        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
+    ) -> MeanAndVariance:
         if full_cov or full_output_cov:
             raise ValueError(
                 "VNNGP's q(f) is a product of marginals (paper eq. 11): use full_cov=False and "
                 "full_output_cov=False."
             )
-        self._check_input_dim(Xnew, "Xnew")
-        if not tf.executing_eagerly():
-            return self._q_f(Xnew, self._graph_neighbors(Xnew))
-        Xnew = np.asarray(Xnew)
-        means, variances = [], []
-        for start in range(0, max(len(Xnew), 1), self.prediction_batch_size):
-            chunk = Xnew[start : start + self.prediction_batch_size]
-            mean, var = self._q_f(tf.constant(chunk, default_float()), self.neighbors(chunk))
-            means.append(mean)
-            variances.append(var)
-        return tf.concat(means, 0), tf.concat(variances, 0)
+        return self._predict_g(Xnew)
 
 
 def _check_count(value: Any, name: str, maximum: int | None) -> int:

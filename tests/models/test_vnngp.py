@@ -265,6 +265,9 @@ def test_predictions_far_away_are_the_prior_and_chunking_is_exact(rng):
     model.prediction_batch_size = 5
     for chunked, single in zip(model.predict_f(Xnew), whole):
         np.testing.assert_allclose(chunked.numpy(), single.numpy(), rtol=1e-13)
+    cached = model.posterior().predict_f(Xnew)
+    for posterior, direct in zip(cached, whole):
+        np.testing.assert_allclose(posterior.numpy(), direct.numpy(), rtol=1e-13)
     compiled = tf.function(lambda x: model.predict_f(x))(tf.constant(Xnew))
     for graph, eager in zip(compiled, whole):
         np.testing.assert_allclose(graph.numpy(), eager.numpy(), rtol=1e-12)
