@@ -38,6 +38,13 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/cost.py
 	$(PY) benchmarks/snelson.py
 	$(PY) benchmarks/table1.py
+	$(PY) benchmarks/power_ep_cost.py
+	$(PY) benchmarks/power_ep_regression.py
+	$(PY) benchmarks/power_ep_classification.py
+	$(PY) benchmarks/vnngp_cost.py
+	$(PY) benchmarks/vnngp_uci.py
+	$(PY) benchmarks/gplvm_cost.py
+	$(PY) benchmarks/gplvm_oil_flow.py
 
 clean:
 	rm -rf $(VENV) demo_output build *.egg-info
