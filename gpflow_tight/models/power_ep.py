@@ -338,7 +338,9 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
         e_blocks = tf.linalg.triangular_solve(L_blocks, tf.gather(error, index) * mask[..., None])
         noise_sqrt = tf.sqrt(noise_blocks)
         scaled = D_blocks / noise_sqrt[:, :, None] / noise_sqrt[:, None, :]
-        if np.all(self.alpha == 0):
+        if np.all(self.alpha == 1):  # PITC: the correction vanishes, skip the eigenvalues
+            correction = tf.zeros([], dtype=scaled.dtype)
+        elif np.all(self.alpha == 0):
             correction = 0.5 * tf.reduce_sum(tf.linalg.trace(scaled))
         else:
             eigenvalues = tf.maximum(tf.linalg.eigvalsh(scaled), 0)  # [B, S]
