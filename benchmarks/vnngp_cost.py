@@ -127,11 +127,8 @@ def run_gpytorch(python: str, X: np.ndarray, Y: np.ndarray, args: argparse.Names
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def run_row(num_inducing: int, num_neighbors: int, args: argparse.Namespace) -> Row:
-    X, Y = make_data(num_inducing, args.dim, args.seed)
-    rng = np.random.default_rng(args.seed + 1)
-    start = time.perf_counter()
-    model = VNNGP(
+def build_vnngp(X: np.ndarray, num_neighbors: int, args: argparse.Namespace) -> VNNGP:
+    return VNNGP(
         kernel(args.dim, args.lengthscale),
         gpflow.likelihoods.Gaussian(args.noise),
         X,
@@ -141,6 +138,32 @@ def run_row(num_inducing: int, num_neighbors: int, args: argparse.Namespace) -> 
         q_sqrt=np.full((len(X), 1), 0.1),
         seed=args.seed,
     )
+
+
+def direct_check(num_neighbors: int, args: argparse.Namespace) -> dict[str, list[float]]:
+    """The VNNGP step at the smallest and the largest M, interleaved in the same rounds."""
+    fns = {}
+    for m in (args.sizes[0], args.sizes[-1]):
+        X, Y = make_data(m, args.dim, args.seed)
+        model = build_vnngp(X, num_neighbors, args)
+        rng = np.random.default_rng(args.seed + 1)
+        fns[str(m)] = steps(
+            model, random_batches(rng, model.training_data(X, Y), args.batch_size, 16), adam=False
+        )
+    times = interleaved_times(fns, rounds=args.rounds, warmup=2)
+    print(
+        f"direct check K={num_neighbors}: "
+        + ", ".join(f"M={m} {1e3 * np.median(t):.1f} ms" for m, t in times.items()),
+        flush=True,
+    )
+    return times
+
+
+def run_row(num_inducing: int, num_neighbors: int, args: argparse.Namespace) -> Row:
+    X, Y = make_data(num_inducing, args.dim, args.seed)
+    rng = np.random.default_rng(args.seed + 1)
+    start = time.perf_counter()
+    model = build_vnngp(X, num_neighbors, args)
     construct_seconds = time.perf_counter() - start
     start = time.perf_counter()
     data = model.training_data(X, Y)
@@ -185,7 +208,12 @@ def ms(values: list[float]) -> str:
     return f"{1e3 * np.median(values):.1f}"
 
 
-def report(rows: list[Row], args: argparse.Namespace, seconds: float) -> str:
+def report(
+    rows: list[Row],
+    direct: dict[str, dict[str, list[float]]],
+    args: argparse.Namespace,
+    seconds: float,
+) -> str:
     torch_info = next((r.torch for r in rows if r.torch and "versions" in r.torch), None)
     protocol = [
         f"Data: synthetic, M = N in {{{', '.join(f'{m:,}' for m in args.sizes)}}}, D = "
@@ -292,6 +320,37 @@ def report(rows: list[Row], args: argparse.Namespace, seconds: float) -> str:
         ),
         "![time per step against M](vnngp_cost.png)",
         "",
+    ]
+    if direct:
+        small, large = f"{args.sizes[0]}", f"{args.sizes[-1]}"
+        lines += [
+            "## Direct check: the smallest and the largest M in the same rounds",
+            "",
+            f"A fresh VNNGP at M = {int(small):,} and one at M = {int(large):,} (same K, "
+            f"batches and settings as above), their steps interleaved for {args.rounds} "
+            "rounds in one process, so that load affects both alike.",
+            "",
+            markdown_table(
+                [
+                    "K",
+                    f"M = {int(small):,} (ms)",
+                    f"M = {int(large):,} (ms)",
+                    "ratio",
+                    "median of per-round ratios",
+                ],
+                [
+                    [
+                        k,
+                        ms(t[small]),
+                        ms(t[large]),
+                        f"{np.median(t[large]) / np.median(t[small]):.2f}",
+                        f"{np.median(np.array(t[large]) / np.array(t[small])):.2f}",
+                    ]
+                    for k, t in direct.items()
+                ],
+            ),
+        ]
+    lines += [
         "## Notes",
         "",
         "- Absolute times moved by up to ~1.5x between rows with the load of other jobs (SVGP's "
@@ -452,13 +511,16 @@ def main() -> None:
         args.sizes, args.neighbors, args.rounds = [1000, 3000], [32], 5
     if args.report_only:  # rebuild the report and the plot from the raw timings
         raw = json.loads((RESULTS_DIR / "vnngp_cost_raw.json").read_text())
+        if isinstance(raw, list):  # the first format: rows only
+            raw = {"rows": raw, "direct": {}}
         rows = [
             Row(r["M"], r["K"], r["construct"], r["data_table"], r["times"], r["torch"])
-            for r in raw
+            for r in raw["rows"]
         ]
+        direct = raw["direct"]
         args.sizes = sorted({r.num_inducing for r in rows})
         args.neighbors = sorted({r.num_neighbors for r in rows})
-        text = report(rows, args, float("nan"))
+        text = report(rows, direct, args, float("nan"))
         old = (RESULTS_DIR / "vnngp_cost.md").read_text()
         total = re.search(r"Total run time of this script: .*", old)
         text = text.replace("Total run time of this script: nan min.", total[0] if total else "")
@@ -475,30 +537,32 @@ def main() -> None:
         *warm_up
     )
     rows = []
+    direct = {}
     for k in args.neighbors:
         for m in args.sizes:
             rows.append(run_row(m, k, args))
+        if len(args.sizes) > 1:
+            direct[str(k)] = direct_check(k, args)
     seconds = time.perf_counter() - start
-    text = report(rows, args, seconds)
+    text = report(rows, direct, args, seconds)
     if args.quick:  # a smoke run: print, write nothing
         print(text)
     else:
         write_result("vnngp_cost.md", text)
         plot(rows, args)
-        (RESULTS_DIR / "vnngp_cost_raw.json").write_text(
-            json.dumps(
-                [
-                    dict(
-                        M=r.num_inducing,
-                        K=r.num_neighbors,
-                        construct=r.construct_seconds,
-                        data_table=r.data_table_seconds,
-                        times=r.times,
-                        torch=r.torch,
-                    )
-                    for r in rows
-                ]
+        raw_rows = [
+            dict(
+                M=r.num_inducing,
+                K=r.num_neighbors,
+                construct=r.construct_seconds,
+                data_table=r.data_table_seconds,
+                times=r.times,
+                torch=r.torch,
             )
+            for r in rows
+        ]
+        (RESULTS_DIR / "vnngp_cost_raw.json").write_text(
+            json.dumps({"rows": raw_rows, "direct": direct})
         )
 
 
