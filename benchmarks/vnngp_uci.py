@@ -397,8 +397,12 @@ def report(runs: list[Run], args: argparse.Namespace, elapsed: float) -> str:
     ]
     total = sum(r.train_seconds + r.predict_seconds for r in runs)
     lines += [
-        f"Total training and prediction time of all runs: {total / 60:.1f} min (wall time of "
-        f"the last invocation of the script: {elapsed / 60:.1f} min).",
+        f"Total training and prediction time of all runs: {total / 60:.1f} min"
+        + (
+            " (this report was rebuilt with `--report-only` from the run records)."
+            if args.report_only
+            else f" (wall time of this invocation of the script: {elapsed / 60:.1f} min)."
+        ),
         "",
     ]
     return "\n".join(lines)
