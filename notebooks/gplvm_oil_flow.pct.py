@@ -43,7 +43,7 @@ import time
 import gpflow
 import matplotlib
 import numpy as np
-from gpflow.ci_utils import reduce_in_tests as gpflow_reduce_in_tests
+from gpflow.ci_utils import reduce_in_tests
 
 import gpflow_tight
 from gpflow_tight.datasets import DataNotFoundError, find_data_dir
@@ -53,12 +53,6 @@ CI = bool(os.environ.get("GPFLOW_CI"))
 if CI:
     matplotlib.use("Agg")  # the tests run this file as a script: no windows
 import matplotlib.pyplot as plt  # noqa: E402
-
-
-def reduce_in_tests(n, test_n):
-    """``n``, or ``test_n`` in the tests (gpflow's helper looks at ``CI``; ours sets GPFLOW_CI)."""
-    return test_n if CI else gpflow_reduce_in_tests(n, test_n)
-
 
 gpflow.config.set_default_float(np.float64)
 rng = np.random.default_rng(0)

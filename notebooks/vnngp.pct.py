@@ -38,7 +38,7 @@ import time
 import gpflow
 import matplotlib
 import numpy as np
-from gpflow.ci_utils import reduce_in_tests as gpflow_reduce_in_tests
+from gpflow.ci_utils import reduce_in_tests
 from scipy.cluster.vq import kmeans2
 
 import gpflow_tight
@@ -47,12 +47,6 @@ from gpflow_tight.training import fit_adam
 if os.environ.get("GPFLOW_CI"):
     matplotlib.use("Agg")  # the tests run this file as a script: no windows
 import matplotlib.pyplot as plt  # noqa: E402
-
-
-def reduce_in_tests(n):
-    """``n``, or 2 in the tests: gpflow's helper looks at ``CI``, the test suite sets GPFLOW_CI."""
-    return 2 if os.environ.get("GPFLOW_CI") else gpflow_reduce_in_tests(n)
-
 
 gpflow.config.set_default_float(np.float64)
 

@@ -205,11 +205,26 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         a = tf.linalg.cholesky_solve(L, k_nx[..., None])[..., 0]
         return a, k_xx - tf.reduce_sum(k_nx * a, axis=-1)
 
+    def _q_rows(self, indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """
+        :math:`m_j - \\mu(\\mathbf z_j)` and :math:`s_j` for the inducing points ``indices``
+        (any shape; the result has a trailing latent axis). Only these rows are transformed,
+        so a step does no O(M) work.
+        """
+        flat = tf.reshape(indices, [-1])
+        residual = tf.gather(self.q_mu, flat) - self.mean_function(
+            tf.gather(self.inducing_variable.Z, flat)
+        )
+        transform = self.q_sqrt.transform
+        assert transform is not None  # positive(), set in __init__
+        std = transform.forward(tf.gather(self.q_sqrt.unconstrained_variable, flat))
+        shape = tf.concat([tf.shape(indices), [-1]], axis=0)
+        return tf.reshape(residual, shape), tf.reshape(tf.square(std), shape)
+
     def _q_g(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
         """Eq. 25 without the mean function at X: the marginals of q(f) - μ(X), [B, L] each."""
         a, c = self._conditional_on_neighbors(X, neighbors)
-        residual = tf.gather(self.q_mu - self.mean_function(self.inducing_variable.Z), neighbors)
-        variances = tf.gather(tf.square(self.q_sqrt), neighbors)  # [B, K, L]
+        residual, variances = self._q_rows(neighbors)  # [B, K, L]
         mean = tf.einsum("bk,bkl->bl", a, residual)
         return mean, c[:, None] + tf.einsum("bk,bkl->bl", tf.square(a), variances)
 
@@ -252,13 +267,12 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         mask = tf.gather(self._prior_mask, indices)
         b, F = self._conditional_on_neighbors(tf.gather(Z, indices), neighbors, mask)
         F = F + default_jitter()  # Vecchia conditional of K_ZZ + εI
-        residual = self.q_mu - self.mean_function(Z)  # [M, L]
-        variances = tf.square(self.q_sqrt)
         b = b * tf.cast(mask, b.dtype)
-        predicted = tf.einsum("bk,bkl->bl", b, tf.gather(residual, neighbors))
-        spread = tf.einsum("bk,bkl->bl", tf.square(b), tf.gather(variances, neighbors))
-        s_j = tf.gather(variances, indices)
-        quadratic = s_j + spread + tf.square(tf.gather(residual, indices) - predicted)
+        neighbor_residual, neighbor_variances = self._q_rows(neighbors)  # [B_u, K, L]
+        residual, s_j = self._q_rows(indices)  # [B_u, L]
+        predicted = tf.einsum("bk,bkl->bl", b, neighbor_residual)
+        spread = tf.einsum("bk,bkl->bl", tf.square(b), neighbor_variances)
+        quadratic = s_j + spread + tf.square(residual - predicted)
         terms = tf.math.log(F)[:, None] - tf.math.log(s_j) - 1 + quadratic / F[:, None]
         return 0.5 * tf.reduce_sum(terms)
 
