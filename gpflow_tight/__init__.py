@@ -3,11 +3,13 @@ gpflow-tight: tighter and more general sparse Gaussian-process approximations as
 GPflow 2 models.
 """
 
-from . import datasets, neighbors, tighter, tilted, training
+from . import covariances, datasets, neighbors, orthogonal, tighter, tilted, training
 from .models import (
     DTC,
     FITC,
     PITC,
+    SOLVEGP,
+    SOLVEGPR,
     TVBGPLVM,
     VFE,
     VNNGP,
@@ -15,8 +17,11 @@ from .models import (
     PowerEPSGP,
     TightBayesianGPLVM,
     TightSGPR,
+    TightSOLVEGP,
+    TightSOLVEGPR,
     TightSVGP,
 )
+from .orthogonal import OrthogonalInducingVariables
 from .tilted import exact_probit
 from .validation import CholeskyError
 
@@ -34,8 +39,15 @@ __all__ = [
     "TightBayesianGPLVM",
     "TVBGPLVM",
     "MinibatchBayesianGPLVM",
+    "SOLVEGPR",
+    "TightSOLVEGPR",
+    "SOLVEGP",
+    "TightSOLVEGP",
+    "OrthogonalInducingVariables",
     "exact_probit",
     "CholeskyError",
+    "covariances",
+    "orthogonal",
     "datasets",
     "neighbors",
     "tighter",

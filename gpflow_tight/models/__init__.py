@@ -2,6 +2,7 @@
 
 from .gplvm import TVBGPLVM, MinibatchBayesianGPLVM, TightBayesianGPLVM
 from .power_ep import DTC, FITC, PITC, VFE, PowerEPPosterior, PowerEPSGP
+from .solve import SOLVEGP, SOLVEGPR, OrthogonalPosterior, TightSOLVEGP, TightSOLVEGPR
 from .tight_sgpr import TightSGPR
 from .tight_svgp import TightSVGP
 from .vnngp import VNNGP
@@ -19,4 +20,9 @@ __all__ = [
     "TightBayesianGPLVM",
     "TVBGPLVM",
     "MinibatchBayesianGPLVM",
+    "SOLVEGPR",
+    "TightSOLVEGPR",
+    "SOLVEGP",
+    "TightSOLVEGP",
+    "OrthogonalPosterior",
 ]
