@@ -3,7 +3,17 @@ gpflow-tight: tighter and more general sparse Gaussian-process approximations as
 GPflow 2 models.
 """
 
-from . import covariances, datasets, neighbors, orthogonal, tighter, tilted, training
+from . import (
+    covariances,
+    datasets,
+    inducing_variables,
+    neighbors,
+    orthogonal,
+    tighter,
+    tilted,
+    training,
+)
+from .inducing_variables import FrequencyInducingFeatures
 from .models import (
     DTC,
     FITC,
@@ -44,9 +54,11 @@ __all__ = [
     "SOLVEGP",
     "TightSOLVEGP",
     "OrthogonalInducingVariables",
+    "FrequencyInducingFeatures",
     "exact_probit",
     "CholeskyError",
     "covariances",
+    "inducing_variables",
     "orthogonal",
     "datasets",
     "neighbors",

@@ -34,6 +34,7 @@ _CHOLESKY_ADVICE = (
     "happens during training, a diverging optimiser step may have made the parameters NaN or "
     "inf: lower the learning rate."
 )
+_ADVICE_START = "The Cholesky factorisation of "
 
 
 class CholeskyError(ValueError):
@@ -66,8 +67,12 @@ def explain_cholesky_failure(what: str = KUU) -> Iterator[None]:
     try:
         yield
     except tf.errors.InvalidArgumentError as error:
-        if "cholesky" not in str(error).lower():
+        message = str(error)
+        if "cholesky" not in message.lower():
             raise
+        if _ADVICE_START in message:  # a named check already said which matrix failed
+            advice = message[message.index(_ADVICE_START) :].split(" : Tensor had")[0]
+            raise CholeskyError(advice) from error
         raise CholeskyError(_CHOLESKY_ADVICE.format(what=what)) from error
 
 

@@ -314,7 +314,8 @@ class SOLVEGP(ExplainsCholeskyFailures, SVGP):
                 f"{np.shape(q_mu_orthogonal)}."
             )
         self.q_mu_orthogonal = Parameter(q_mu_orthogonal, dtype=default_float())
-        q_diag = len(self.q_sqrt.shape) == 2
+        # TFP's FillTriangular cannot hold a 0 x 0 matrix: an empty set keeps the diagonal form
+        q_diag = len(self.q_sqrt.shape) == 2 or num_orthogonal == 0
         if q_diag:
             shape_sqrt: tuple[int, ...] = shape_mu
             default_sqrt = np.ones(shape_mu)
@@ -467,8 +468,9 @@ class OrthogonalPosterior(AbstractPosterior):
         factors = OrthogonalFactors(*cache[:3])
         a_u, a_v = orthogonal_projections(self.X_data, self.kernel, factors, Xnew)
         prior = self.kernel(Xnew, full_cov=full_cov)
+        m_u, R_u, m_v, R_v = cache[3:]
         mean, q_covariance, residual = decoupled_marginals(
-            a_u, a_v, prior, *cache[3:], full_cov=full_cov
+            a_u, a_v, prior, m_u, R_u, m_v, R_v, full_cov=full_cov
         )
         if full_cov:
             num_latent, num_new = tf.shape(mean)[1], tf.shape(mean)[0]
