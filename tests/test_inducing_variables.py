@@ -14,7 +14,7 @@ from gpflow.inducing_variables import InducingPoints, Multiscale
 from gpflow.keras import tf_keras
 from scipy import integrate
 
-from gpflow_tight import TightSGPR, TightSVGP
+from gpflow_tight import PowerEPSGP, TightSGPR, TightSVGP
 from gpflow_tight.covariances import Kuv
 from gpflow_tight.inducing_variables import FrequencyInducingFeatures
 
@@ -407,6 +407,20 @@ def test_tight_models_accept_frequency_features(rng):
         bound, [features.widths.unconstrained_variable, features.phases.unconstrained_variable]
     )
     assert all(np.all(np.isfinite(g.numpy())) for g in gradients)
+
+
+def test_power_ep_accepts_frequency_features(rng):
+    """PowerEPSGP at alpha = 0 is SGPR and at alpha = 1 GPRFITC, with FIF as with points."""
+    X, Y = toy_data(rng)
+    features = toy_features(rng)
+    for alpha, peer_class in ((0.0, gpflow.models.SGPR), (1.0, gpflow.models.GPRFITC)):
+        model = PowerEPSGP((X, Y), se_kernel(1.0, 0.8), features, alpha=alpha, noise_variance=0.1)
+        peer = peer_class((X, Y), se_kernel(1.0, 0.8), features, noise_variance=0.1)
+        np.testing.assert_allclose(
+            model.log_marginal_likelihood().numpy(),
+            peer.maximum_log_likelihood_objective().numpy(),
+            rtol=1e-9,
+        )
 
 
 # --- 5. Bad input --------------------------------------------------------------------------------

@@ -15,12 +15,14 @@ from gpflow_tight import (
     SOLVEGP,
     SOLVEGPR,
     CholeskyError,
+    FrequencyInducingFeatures,
     OrthogonalInducingVariables,
     TightSGPR,
     TightSOLVEGP,
     TightSOLVEGPR,
     TightSVGP,
 )
+from gpflow_tight.covariances import Kuv
 from tests.reference import log_gauss
 from tests.reference_solve import (
     algorithm3,
@@ -491,14 +493,22 @@ def test_mixed_inducing_sets_match_the_dense_union_bound(rng):
     k = kernel()
     multiscale = gpflow.inducing_variables.Multiscale(Z_u, np.full_like(Z_u, 0.3))
     points = gpflow.inducing_variables.InducingPoints(Z_v)
-    for regular, orthogonal in ((multiscale, points), (points, multiscale)):
+    windows = FrequencyInducingFeatures(Z_v + 0.2, np.full_like(Z_v, 0.4), np.full_like(Z_v, 2.0))
+    point_rows = {id(points): Z_v}
+
+    def cross(a, b):
+        """Cov[a, b] from GPflow's Kuf when one side is points, else from Kuu of the union."""
+        if id(b) in point_rows:
+            return Kuf(a, k, point_rows[id(b)]).numpy()
+        if id(a) in point_rows:
+            return Kuf(b, k, point_rows[id(a)]).numpy().T
+        return Kuv(a, b, k).numpy()
+
+    pairs = ((multiscale, points), (points, multiscale), (windows, points), (points, windows))
+    for regular, orthogonal in pairs + ((multiscale, windows),):
         K_rr = Kuu(regular, k, jitter=1e-6).numpy()
         K_oo = Kuu(orthogonal, k, jitter=1e-6).numpy()
-        point_set, feature_set = (
-            (regular, orthogonal) if regular is points else (orthogonal, regular)
-        )
-        cross = Kuf(feature_set, k, point_set.Z).numpy()  # [M_feature, M_point]
-        K_ro = cross.T if regular is points else cross
+        K_ro = cross(regular, orthogonal)
         K_joint = np.block([[K_rr, K_ro], [K_ro.T, K_oo]])
         K_jf = np.vstack([Kuf(regular, k, X).numpy(), Kuf(orthogonal, k, X).numpy()])
         Q = K_jf.T @ np.linalg.solve(K_joint, K_jf)
