@@ -202,3 +202,35 @@ def test_bad_input_raises_clear_errors(rng):
         TightBayesianGPLVM(np.full_like(Y, np.nan), X_mean, X_var, se_kernel(), inducing_variable=Z)
     with pytest.raises(ValueError, match="latent space has Q = 2"):
         MinibatchBayesianGPLVM(len(Y), 5, X_mean, X_var, se_kernel(), Z[:, :1])
+
+
+def test_fused_psi2_gradient_matches_autodiff(rng):
+    """The custom gradient of the fused sum-and-contract equals TensorFlow's own, for both
+    outputs used, either one alone, and under tf.function."""
+    from gpflow_tight.models.gplvm import _sum_and_contract
+
+    flat = tf.constant(rng.standard_normal((7, 9)))
+    weights = tf.constant(rng.standard_normal(9))
+    g_total, g_contracted = rng.standard_normal(9), rng.standard_normal(7)
+
+    def objectives(total, contracted):
+        return (
+            tf.reduce_sum(total * g_total) + tf.reduce_sum(contracted * g_contracted),
+            tf.reduce_sum(total * g_total),
+            tf.reduce_sum(contracted * g_contracted),
+        )
+
+    def gradients(function):
+        results = []
+        for k in range(3):
+            with tf.GradientTape() as tape:
+                tape.watch([flat, weights])
+                value = objectives(*function(flat, weights))[k]
+            results.append(tape.gradient(value, [flat, weights]))
+        return results
+
+    plain = gradients(lambda a, w: (tf.reduce_sum(a, 0), tf.linalg.matvec(a, w)))
+    for fused in (_sum_and_contract, tf.function(_sum_and_contract)):
+        for got, expected in zip(gradients(fused), plain):
+            for g, e in zip(got, expected):
+                np.testing.assert_allclose(g, np.zeros(g.shape) if e is None else e, atol=1e-12)
