@@ -9,15 +9,26 @@ The variational family is :math:`q(\\mathbf u)\\,q(\\mathbf v_\\perp)` with
 """
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
-from gpflow.conditionals.util import expand_independent_outputs
+from gpflow.conditionals.util import expand_independent_outputs, mix_latent_gp
 from gpflow.config import default_float
-from gpflow.kernels import Kernel, MultioutputKernel
+from gpflow.inducing_variables import (
+    SeparateIndependentInducingVariables,
+    SharedIndependentInducingVariables,
+)
+from gpflow.kernels import (
+    IndependentLatent,
+    Kernel,
+    LinearCoregionalization,
+    MultioutputKernel,
+    SeparateIndependent,
+    SharedIndependent,
+)
 from gpflow.kullback_leiblers import gauss_kl
 from gpflow.models import SGPR, SVGP
 from gpflow.models.util import inducingpoint_wrapper
@@ -47,26 +58,13 @@ __all__ = [
     "SOLVEGP",
     "TightSOLVEGP",
     "OrthogonalPosterior",
+    "LatentBlock",
 ]
 
 CollapsedBound = Literal["solve", "thesis"]
 
 # whitened q(u) and q(v⊥): (m̃_u [M_u, L], R_u [L or 1, M_u, M_u], m̃_v, R_v), S̃ = R Rᵀ
 WhitenedQ = tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]
-
-
-def _orthogonal_set(kernel: Kernel, inducing_variable: Any, orthogonal: Any) -> Any:
-    if isinstance(kernel, MultioutputKernel):
-        raise TypeError(
-            "The SOLVE-GP models take a single-output kernel (shared by all latent GPs); "
-            f"got the multi-output kernel {type(kernel).__name__}."
-        )
-    if orthogonal is None:
-        raise ValueError(
-            "Pass `orthogonal_inducing_variable` (an array [M_v, D] or inducing variables; an "
-            "array of shape [0, D] gives the model without orthogonal points)."
-        )
-    return OrthogonalInducingVariables(orthogonal, regular=inducing_variable)
 
 
 def _half_logdet(cholesky_factor: tf.Tensor) -> tf.Tensor:
@@ -115,7 +113,12 @@ class SOLVEGPR(ExplainsCholeskyFailures, SGPR):
         if bound not in ("solve", "thesis"):
             raise ValueError(f"`bound` must be 'solve' or 'thesis', got {bound!r}.")
         super().__init__(data, kernel, inducing_variable, **kwargs)
-        self.orthogonal_inducing_variable = _orthogonal_set(
+        if isinstance(kernel, MultioutputKernel):
+            raise TypeError(
+                "SOLVEGPR, like SGPR, takes a single-output kernel (shared by the output "
+                f"columns); got the multi-output kernel {type(kernel).__name__}. Use SOLVEGP."
+            )
+        self.orthogonal_inducing_variable = _orthogonal_sets(
             kernel, self.inducing_variable, orthogonal_inducing_variable
         )
         self.bound = bound
@@ -237,10 +240,10 @@ class SOLVEGPR(ExplainsCholeskyFailures, SGPR):
         self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
     ) -> "OrthogonalPosterior":
         """The decoupled posterior with the optimal :math:`q` (see :class:`OrthogonalPosterior`)."""
+        block = LatentBlock(self.kernel, self.orthogonal_inducing_variable, slice(None))
         return OrthogonalPosterior(
-            self.kernel,
-            self.orthogonal_inducing_variable,
-            self.whitened_optimal_q,
+            [block],
+            lambda _, factors: self.whitened_optimal_q(factors),
             self.mean_function,
             precompute_cache=precompute_cache,
         )
@@ -268,6 +271,67 @@ class TightSOLVEGPR(SOLVEGPR, TightSGPR):
     """
 
 
+class LatentBlock(NamedTuple):
+    """
+    Latent GPs that share a kernel and an orthogonal inducing set: ``latents`` selects their
+    columns of ``q_mu`` (all of them when one block serves every latent GP).
+    """
+
+    kernel: Kernel
+    inducing_variable: OrthogonalInducingVariables
+    latents: slice
+
+
+def _as_list(inducing_variable: Any) -> list[Any]:
+    if isinstance(inducing_variable, SeparateIndependentInducingVariables):
+        return list(inducing_variable.inducing_variable_list)
+    if isinstance(inducing_variable, SharedIndependentInducingVariables):
+        return [inducing_variable.inducing_variable]
+    return [inducingpoint_wrapper(inducing_variable)]
+
+
+def _latent_kernels(kernel: Kernel) -> list[Kernel]:
+    if isinstance(kernel, SeparateIndependent | IndependentLatent):
+        return list(kernel.kernels)
+    if isinstance(kernel, SharedIndependent):
+        return [kernel.kernel]
+    if isinstance(kernel, MultioutputKernel):
+        raise TypeError(
+            f"SOLVEGP supports single-output kernels, SharedIndependent, SeparateIndependent and "
+            f"LinearCoregionalization; got {type(kernel).__name__}."
+        )
+    return [kernel]
+
+
+def _orthogonal_sets(kernel: Kernel, inducing_variable: Any, orthogonal: Any) -> Any:
+    """
+    One :class:`OrthogonalInducingVariables` when every latent GP shares both sets, else GPflow's
+    ``SeparateIndependentInducingVariables`` of one per latent GP (they share the regular sets'
+    objects, so training moves both).
+    """
+    if orthogonal is None:
+        raise ValueError(
+            "Pass `orthogonal_inducing_variable` (an array [M_v, D] or inducing variables; an "
+            "array of shape [0, D] gives the model without orthogonal points)."
+        )
+    regular, orthogonal = _as_list(inducing_variable), _as_list(orthogonal)
+    size = max(len(regular), len(orthogonal), len(_latent_kernels(kernel)))
+    if size == 1:
+        return OrthogonalInducingVariables(orthogonal[0], regular=regular[0])
+    for name, sets in (
+        ("inducing_variable", regular),
+        ("orthogonal_inducing_variable", orthogonal),
+    ):
+        if len(sets) not in (1, size):
+            raise ValueError(
+                f"`{name}` has {len(sets)} separate sets but the model has {size} latent GPs."
+            )
+    pairs = zip(orthogonal * (size // len(orthogonal)), regular * (size // len(regular)))
+    return SeparateIndependentInducingVariables(
+        [OrthogonalInducingVariables(v, regular=u) for v, u in pairs]
+    )
+
+
 class SOLVEGP(ExplainsCholeskyFailures, SVGP):
     """
     The uncollapsed SOLVE-GP (Shi, Titsias & Mnih 2020; spec §1.6):
@@ -283,9 +347,13 @@ class SOLVEGP(ExplainsCholeskyFailures, SVGP):
     ([L, M_v, M_v], or [M_v, L] with ``q_diag``). ``whiten`` applies to both sets
     (:math:`\\mathbf u = L_u\\tilde{\\mathbf u}`,
     :math:`\\mathbf v_\\perp = L_v\\tilde{\\mathbf v}`).
-    Any likelihood (through ``variational_expectations``), minibatches (``num_data``), and
-    several independent latent GPs sharing one single-output kernel are supported; GPflow's
-    multi-output kernels are not.
+
+    Any likelihood (through ``variational_expectations``), minibatches (``num_data``), and the
+    multi-output settings of SVGP with independent latent GPs: a single-output kernel or
+    ``SharedIndependent`` with ``num_latent_gps`` latent GPs, ``SeparateIndependent``, and
+    ``LinearCoregionalization`` (the latent GPs mixed by ``W``). Each of the two inducing sets
+    may be shared (an array, inducing variables or ``SharedIndependentInducingVariables``) or
+    separate per latent GP (``SeparateIndependentInducingVariables``).
     """
 
     def __init__(
@@ -299,12 +367,11 @@ class SOLVEGP(ExplainsCholeskyFailures, SVGP):
         q_sqrt_orthogonal: Any = None,
         **kwargs: Any,
     ) -> None:
-        orthogonal = _orthogonal_set(
-            kernel, inducingpoint_wrapper(inducing_variable), orthogonal_inducing_variable
+        super().__init__(kernel, likelihood, inducing_variable, **kwargs)
+        self.orthogonal_inducing_variable = _orthogonal_sets(
+            kernel, self.inducing_variable, orthogonal_inducing_variable
         )
-        super().__init__(kernel, likelihood, orthogonal.regular, **kwargs)
-        self.orthogonal_inducing_variable = orthogonal
-        num_orthogonal = int(orthogonal.num_inducing)
+        num_orthogonal = int(self.latent_blocks()[0].inducing_variable.num_inducing)
         shape_mu = (num_orthogonal, self.num_latent_gps)
         if q_mu_orthogonal is None:
             q_mu_orthogonal = np.zeros(shape_mu)
@@ -336,17 +403,44 @@ class SOLVEGP(ExplainsCholeskyFailures, SVGP):
         )
         if tf.executing_eagerly():
             with explain_cholesky_failure():
-                orthogonal_factors(self.orthogonal_inducing_variable, self.kernel)
+                for block in self.latent_blocks():
+                    orthogonal_factors(block.inducing_variable, block.kernel)
 
-    def whitened_q(self, factors: OrthogonalFactors | None) -> WhitenedQ:
+    def latent_blocks(self) -> list[LatentBlock]:
+        """The kernel and orthogonal inducing set of each group of latent GPs."""
+        kernels = _latent_kernels(self.kernel)
+        if isinstance(self.orthogonal_inducing_variable, SeparateIndependentInducingVariables):
+            sets = list(self.orthogonal_inducing_variable.inducing_variable_list)
+        else:
+            sets = [self.orthogonal_inducing_variable]
+        size = max(len(kernels), len(sets))
+        if size == 1:
+            return [LatentBlock(kernels[0], sets[0], slice(None))]
+        kernels, sets = kernels * (size // len(kernels)), sets * (size // len(sets))
+        return [LatentBlock(k, v, slice(i, i + 1)) for i, (k, v) in enumerate(zip(kernels, sets))]
+
+    def mixing_matrix(self) -> tf.Tensor | None:
+        """``W`` of a ``LinearCoregionalization`` kernel, else ``None``."""
+        return self.kernel.W if isinstance(self.kernel, LinearCoregionalization) else None
+
+    def whitened_q(self, block: LatentBlock, factors: OrthogonalFactors | None) -> WhitenedQ:
         """
-        The variational parameters of both sets in whitened coordinates (``factors`` may be
-        ``None`` if ``whiten``).
+        The variational parameters of a block's latent GPs in whitened coordinates (``factors``
+        may be ``None`` if ``whiten``).
         """
         L_u, L_v = (None, None) if factors is None else (factors.L_u, factors.L_v)
-        m_u, R_u = whiten_variational_parameters(L_u, self.q_mu, self.q_sqrt, self.whiten)
+
+        def columns(q_sqrt: tf.Tensor) -> tf.Tensor:
+            return q_sqrt[:, block.latents] if q_sqrt.shape.ndims == 2 else q_sqrt[block.latents]
+
+        m_u, R_u = whiten_variational_parameters(
+            L_u, self.q_mu[:, block.latents], columns(self.q_sqrt), self.whiten
+        )
         m_v, R_v = whiten_variational_parameters(
-            L_v, self.q_mu_orthogonal, self.q_sqrt_orthogonal, self.whiten
+            L_v,
+            self.q_mu_orthogonal[:, block.latents],
+            columns(self.q_sqrt_orthogonal),
+            self.whiten,
         )
         return m_u, R_u, m_v, R_v
 
@@ -354,12 +448,15 @@ class SOLVEGP(ExplainsCholeskyFailures, SVGP):
     def prior_kl(self) -> tf.Tensor:
         """:math:`\\mathrm{KL}_u + \\mathrm{KL}_v` (spec §1.6; Fernlund's eq. 5.24 with
         :math:`M_v`), both taken in whitened coordinates, where the priors are standard normal."""
+        kl = tf.constant(0.0, dtype=default_float())
         with explain_cholesky_failure():
-            factors = None
-            if not self.whiten:
-                factors = orthogonal_factors(self.orthogonal_inducing_variable, self.kernel)
-            m_u, R_u, m_v, R_v = self.whitened_q(factors)
-        return gauss_kl(m_u, R_u) + gauss_kl(m_v, R_v)
+            for block in self.latent_blocks():
+                factors = None
+                if not self.whiten:
+                    factors = orthogonal_factors(block.inducing_variable, block.kernel)
+                m_u, R_u, m_v, R_v = self.whitened_q(block, factors)
+                kl += gauss_kl(m_u, R_u) + gauss_kl(m_v, R_v)
+        return kl
 
     @check_shapes(
         "X: [N, D]",
@@ -367,32 +464,36 @@ class SOLVEGP(ExplainsCholeskyFailures, SVGP):
         "return[1]: [N, L]",
         "return[2]: [N, L]",
     )
-    def marginals_with_residual(self, X: InputData) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def latent_marginals_with_residual(
+        self, X: InputData
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """
-        At inputs X: the mean of :math:`q(f_n)` (with the mean function), the variance carried
-        by :math:`q`, :math:`s_n`, and the residual :math:`d_n` given both sets (spec §1.6).
+        For each latent GP at inputs X (before any mixing and without the mean function): the
+        mean of :math:`q`, the variance carried by :math:`q`, :math:`s_n`, and the residual
+        :math:`d_n` given both sets (spec §1.6).
         """
+        means, q_variances, residuals = [], [], []
         with explain_cholesky_failure():
-            factors = orthogonal_factors(self.orthogonal_inducing_variable, self.kernel)
-            a_u, a_v = orthogonal_projections(
-                self.orthogonal_inducing_variable, self.kernel, factors, X
-            )
-            mean, q_variance, residual = decoupled_marginals(
-                a_u, a_v, self.kernel(X, full_cov=False), *self.whitened_q(factors)
-            )
-        q_variance = tf.broadcast_to(q_variance, tf.shape(mean))
-        residual = tf.broadcast_to(residual[:, None], tf.shape(mean))
-        return mean + self.mean_function(X), q_variance, residual
+            for block in self.latent_blocks():
+                factors = orthogonal_factors(block.inducing_variable, block.kernel)
+                a_u, a_v = orthogonal_projections(block.inducing_variable, block.kernel, factors, X)
+                mean, q_variance, residual = decoupled_marginals(
+                    a_u, a_v, block.kernel(X, full_cov=False), *self.whitened_q(block, factors)
+                )
+                means.append(mean)
+                q_variances.append(tf.broadcast_to(q_variance, tf.shape(mean)))
+                residuals.append(tf.broadcast_to(residual[:, None], tf.shape(mean)))
+        return tf.concat(means, 1), tf.concat(q_variances, 1), tf.concat(residuals, 1)
 
     def posterior(
         self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
     ) -> "OrthogonalPosterior":
         """The SOLVE-GP posterior of spec §1.5 (see :class:`OrthogonalPosterior`)."""
         return OrthogonalPosterior(
-            self.kernel,
-            self.orthogonal_inducing_variable,
+            self.latent_blocks(),
             self.whitened_q,
             self.mean_function,
+            mixing=self.mixing_matrix(),
             precompute_cache=precompute_cache,
         )
 
@@ -410,52 +511,63 @@ class TightSOLVEGP(SOLVEGP, TightSVGP):
     conditional :math:`q(\\mathbf f \\mid \\mathbf u, \\mathbf v)` of variance :math:`m_n d_n`,
     where :math:`d_n` is the residual given both sets, and the bound's extra term
     :math:`\\tfrac12\\sum_n [1 + \\log m_n - m_n]`. ``relaxation`` and ``beta`` are
-    :class:`~gpflow_tight.TightSVGP`'s (default: one shared :math:`\\beta`, :math:`m_n =
-    \\beta/(d_n + \\beta)`, the paper's choice). Predictions are SOLVEGP's, as in the paper.
+    :class:`~gpflow_tight.TightSVGP`'s (default: :math:`m_n = \\beta/(d_n + \\beta)` with one
+    :math:`\\beta` per latent GP, the paper's choice). Predictions are SOLVEGP's, as in the paper.
     """
 
     @check_shapes(
         "X: [N, D]",
-        "return[0]: [N, L]",
-        "return[1]: [N, L]",
+        "return[0]: [N, P]",
+        "return[1]: [N, P]",
         "return[2]: [N, L]",
     )
     def training_marginals(self, X: InputData) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Mean and tighter variance :math:`m_n d_n + s_n` of :math:`q(f_n)`, and :math:`m_n`."""
-        mean, q_variance, residual = self.marginals_with_residual(X)
+        mean, q_variance, residual = self.latent_marginals_with_residual(X)
         m = self.relaxation_weights(residual)
-        return mean, m * residual + q_variance, m
+        variance = m * residual + q_variance
+        W = self.mixing_matrix()
+        if W is not None:
+            mean, variance = mix_latent_gp(W, mean, variance, full_cov=False, full_output_cov=False)
+        return mean + self.mean_function(X), variance, m
 
 
 class OrthogonalPosterior(AbstractPosterior):
     """
     The posterior of the SOLVE-GP family, :math:`f = g + h + l` (spec §1.5), from whitened
     :math:`q(\\tilde{\\mathbf u})` and :math:`q(\\tilde{\\mathbf v})`. The prior residual is
-    counted once. The cache holds the block factorisation and the whitened :math:`q`, so a
-    cached prediction costs :math:`O(N_*(M_u^2 + M_u M_v + M_v^2))`.
+    counted once. The cache holds each block's factorisation and whitened :math:`q`, so a cached
+    prediction costs :math:`O(N_*(M_u^2 + M_u M_v + M_v^2))` per block.
 
-    :param whitened_q: maps the :class:`~gpflow_tight.orthogonal.OrthogonalFactors` to
-        ``(m̃_u, R_u, m̃_v, R_v)`` with :math:`\\tilde S = RR^\\top` (a model's current
-        variational parameters, or SOLVEGPR's optimal ones).
+    :param blocks: the latent GPs, by kernel and orthogonal inducing set.
+    :param whitened_q: maps a block and its
+        :class:`~gpflow_tight.orthogonal.OrthogonalFactors` to ``(m̃_u, R_u, m̃_v, R_v)`` with
+        :math:`\\tilde S = RR^\\top` (a model's current variational parameters, or SOLVEGPR's
+        optimal ones).
+    :param mixing: ``W`` [P, L] of a linear coregionalisation, or ``None``.
     """
 
     def __init__(
         self,
-        kernel: Kernel,
-        inducing_variable: OrthogonalInducingVariables,
-        whitened_q: Callable[[OrthogonalFactors], WhitenedQ],
+        blocks: list[LatentBlock],
+        whitened_q: Callable[[LatentBlock, OrthogonalFactors], WhitenedQ],
         mean_function: Any = None,
         *,
+        mixing: tf.Tensor | None = None,
         precompute_cache: PrecomputeCacheType | None,
     ) -> None:
-        super().__init__(kernel, inducing_variable, mean_function=mean_function)
+        super().__init__(blocks[0].kernel, blocks[0].inducing_variable, mean_function=mean_function)
+        self.blocks = blocks
+        self.mixing = mixing
         self._whitened_q = whitened_q
         if precompute_cache is not None:
             self.update_cache(precompute_cache)
 
     def _precompute(self) -> tuple[PrecomputedValue, ...]:
-        factors = orthogonal_factors(self.X_data, self.kernel)
-        values = (*factors, *self._whitened_q(factors))
+        values = []
+        for block in self.blocks:
+            factors = orthogonal_factors(block.inducing_variable, block.kernel)
+            values.extend([*factors, *self._whitened_q(block, factors)])
         return tuple(PrecomputedValue(v, (False,) * len(v.shape)) for v in values)
 
     def _conditional_with_precompute(
@@ -465,20 +577,27 @@ class OrthogonalPosterior(AbstractPosterior):
         full_cov: bool = False,
         full_output_cov: bool = False,
     ) -> MeanAndVariance:
-        factors = OrthogonalFactors(*cache[:3])
-        a_u, a_v = orthogonal_projections(self.X_data, self.kernel, factors, Xnew)
-        prior = self.kernel(Xnew, full_cov=full_cov)
-        m_u, R_u, m_v, R_v = cache[3:]
-        mean, q_covariance, residual = decoupled_marginals(
-            a_u, a_v, prior, m_u, R_u, m_v, R_v, full_cov=full_cov
-        )
-        if full_cov:
-            num_latent, num_new = tf.shape(mean)[1], tf.shape(mean)[0]
-            covariance = tf.broadcast_to(
-                q_covariance + residual[None], tf.stack([num_latent, num_new, num_new])
+        means, covariances = [], []
+        for index, block in enumerate(self.blocks):
+            L_u, D_v, L_v, m_u, R_u, m_v, R_v = cache[7 * index : 7 * index + 7]
+            factors = OrthogonalFactors(L_u, D_v, L_v)
+            a_u, a_v = orthogonal_projections(block.inducing_variable, block.kernel, factors, Xnew)
+            prior = block.kernel(Xnew, full_cov=full_cov)
+            mean, q_covariance, residual = decoupled_marginals(
+                a_u, a_v, prior, m_u, R_u, m_v, R_v, full_cov=full_cov
             )
-        else:
-            covariance = tf.broadcast_to(q_covariance + residual[:, None], tf.shape(mean))
+            num_latent, num_new = tf.shape(mean)[1], tf.shape(mean)[0]
+            if full_cov:
+                shape = tf.stack([num_latent, num_new, num_new])
+                covariances.append(tf.broadcast_to(q_covariance + residual[None], shape))
+            else:
+                covariances.append(
+                    tf.broadcast_to(q_covariance + residual[:, None], tf.shape(mean))
+                )
+            means.append(mean)
+        mean, covariance = tf.concat(means, 1), tf.concat(covariances, 0 if full_cov else 1)
+        if self.mixing is not None:
+            return mix_latent_gp(self.mixing, mean, covariance, full_cov, full_output_cov)
         return mean, expand_independent_outputs(covariance, full_cov, full_output_cov)
 
     def _conditional_fused(

@@ -9,6 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from gpflow.covariances import Kuf, Kuu
+from gpflow.inducing_variables import (
+    InducingPoints,
+    SeparateIndependentInducingVariables,
+    SharedIndependentInducingVariables,
+)
 from gpflow.posteriors import PrecomputeCacheType
 
 from gpflow_tight import (
@@ -320,7 +325,7 @@ def test_uncollapsed_elbo_matches_dense_reference_for_any_q(rng):
         np.testing.assert_allclose(model.elbo((X, Y)).numpy(), expected, rtol=1e-9)
         assert expected < solve
     tight = uncollapsed_at(TightSOLVEGP, q, Z_u, Z_v, beta=beta)
-    mean, q_var, residual = tight.marginals_with_residual(X)
+    mean, q_var, residual = tight.latent_marginals_with_residual(X)
     _, var, m = tight.training_marginals(X)
     np.testing.assert_allclose(var, m * residual + q_var, rtol=1e-12)
     np.testing.assert_allclose(tight.predict_f(X)[1], q_var + residual, rtol=1e-10)  # S18
@@ -381,6 +386,106 @@ def test_no_orthogonal_points_is_svgp_for_any_likelihood(rng, likelihood):
             )
             for got, expected in zip(model.predict_f(X[:7]), peer.predict_f(X[:7])):
                 np.testing.assert_allclose(got, expected, atol=1e-10)
+
+
+def multi_output_kernels():
+    """GPflow's multi-output kernels with independent latent GPs, L = 2 (P = 3 if mixed)."""
+    W = np.array([[1.0, 0.3], [-0.5, 0.8], [0.2, 0.4]])
+    return {
+        "shared": (gpflow.kernels.SharedIndependent(kernel(), output_dim=2), 2),
+        "separate": (gpflow.kernels.SeparateIndependent([kernel(), gpflow.kernels.Matern32()]), 2),
+        "coregionalization": (
+            gpflow.kernels.LinearCoregionalization([kernel(), gpflow.kernels.Matern52()], W),
+            3,
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["shared", "separate", "coregionalization"])
+@pytest.mark.parametrize("separate_sets", [False, True])
+def test_multi_output_without_orthogonal_points_is_svgp(rng, name, separate_sets):
+    """S2 for every SVGP multi-output setting with independent latent GPs, tight or not."""
+    X = rng.uniform(0, 6, (30, 1))
+    Z_u = np.linspace(0.3, 5.7, 5)[:, None]
+
+    def sets(Z):
+        if separate_sets:
+            return SeparateIndependentInducingVariables(
+                [InducingPoints(Z), InducingPoints(Z + 0.1)]
+            )
+        return SharedIndependentInducingVariables(InducingPoints(Z))
+
+    q_mu = rng.standard_normal((5, 2))
+    q_sqrt = np.tril(0.2 * rng.standard_normal((2, 5, 5))) + 0.6 * np.eye(5)
+    for cls, peer_class in ((SOLVEGP, gpflow.models.SVGP), (TightSOLVEGP, TightSVGP)):
+        extra = {"beta": np.array([0.1, 0.3])} if cls is TightSOLVEGP else {}
+        made = []
+        for model_class, args in ((cls, (sets(np.zeros((0, 1))),)), (peer_class, ())):
+            k, num_outputs = multi_output_kernels()[name]
+            made.append(
+                model_class(
+                    k,
+                    gpflow.likelihoods.Gaussian(NOISE),
+                    sets(Z_u),
+                    *args,
+                    q_mu=q_mu,
+                    q_sqrt=q_sqrt,
+                    num_latent_gps=2,
+                    **extra,
+                )
+            )
+        model, peer = made
+        Y = rng.standard_normal((30, num_outputs))
+        np.testing.assert_allclose(model.elbo((X, Y)), peer.elbo((X, Y)), rtol=1e-10)
+        for full_cov in (False, True):
+            for full_output_cov in (False, True):
+                got = model.predict_f(X[:4], full_cov=full_cov, full_output_cov=full_output_cov)
+                expected = peer.predict_f(X[:4], full_cov=full_cov, full_output_cov=full_output_cov)
+                for g, e in zip(got, expected):
+                    np.testing.assert_allclose(g, e, atol=1e-10)
+
+
+def test_separate_latent_gps_are_independent_models(rng):
+    """SeparateIndependent with separate sets and a Gaussian likelihood: the ELBO is the sum of
+    two single-output SOLVEGPs, and each output's prediction is its own model's."""
+    X, Y, Z_u, Z_v = problem(rng, num_outputs=2)
+    kernels = [kernel(), gpflow.kernels.Matern32(lengthscales=0.8)]
+    regular, orthogonal = [Z_u, Z_u + 0.2], [Z_v, Z_v - 0.15]
+    q = [rng.standard_normal((5, 2)), rng.standard_normal((4, 2))]
+    sqrt_u = np.tril(0.2 * rng.standard_normal((2, 5, 5))) + 0.6 * np.eye(5)
+    sqrt_v = np.tril(0.2 * rng.standard_normal((2, 4, 4))) + 0.6 * np.eye(4)
+    model = SOLVEGP(
+        gpflow.kernels.SeparateIndependent(kernels),
+        gpflow.likelihoods.Gaussian(NOISE),
+        SeparateIndependentInducingVariables([InducingPoints(Z) for Z in regular]),
+        SeparateIndependentInducingVariables([InducingPoints(Z) for Z in orthogonal]),
+        q_mu=q[0],
+        q_sqrt=sqrt_u,
+        q_mu_orthogonal=q[1],
+        q_sqrt_orthogonal=sqrt_v,
+        whiten=False,
+    )
+    singles = [
+        SOLVEGP(
+            kernels[i],
+            gpflow.likelihoods.Gaussian(NOISE),
+            regular[i],
+            orthogonal[i],
+            q_mu=q[0][:, i : i + 1],
+            q_sqrt=sqrt_u[i : i + 1],
+            q_mu_orthogonal=q[1][:, i : i + 1],
+            q_sqrt_orthogonal=sqrt_v[i : i + 1],
+            whiten=False,
+        )
+        for i in range(2)
+    ]
+    expected = sum(m.elbo((X, Y[:, i : i + 1])).numpy() for i, m in enumerate(singles))
+    np.testing.assert_allclose(model.elbo((X, Y)).numpy(), expected, rtol=1e-10)
+    mean, var = model.predict_f(X[:6])
+    for i, single in enumerate(singles):
+        single_mean, single_var = single.predict_f(X[:6])
+        np.testing.assert_allclose(mean[:, i], single_mean[:, 0], atol=1e-10)
+        np.testing.assert_allclose(var[:, i], single_var[:, 0], atol=1e-10)
 
 
 def test_minibatch_estimate_is_unbiased(rng):
@@ -541,11 +646,16 @@ def test_bad_input(rng):
     with pytest.raises(ValueError, match="q_sqrt_orthogonal"):
         SOLVEGP(kernel(), gpflow.likelihoods.Gaussian(), Z_u, Z_v, q_sqrt_orthogonal=np.eye(4))
     with pytest.raises(TypeError, match="single-output kernel"):
+        SOLVEGPR((X, Y), gpflow.kernels.SharedIndependent(kernel(), output_dim=1), Z_u, Z_v)
+    with pytest.raises(ValueError, match="2 separate sets but the model has 3"):
         SOLVEGP(
-            gpflow.kernels.SharedIndependent(kernel(), output_dim=2),
+            gpflow.kernels.SeparateIndependent([kernel(), kernel(), kernel()]),
             gpflow.likelihoods.Gaussian(),
-            Z_u,
+            gpflow.inducing_variables.SeparateIndependentInducingVariables(
+                [gpflow.inducing_variables.InducingPoints(Z_u) for _ in range(2)]
+            ),
             Z_v,
+            num_latent_gps=3,
         )
     Y_nan = Y.copy()
     Y_nan[3] = np.nan
