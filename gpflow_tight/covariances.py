@@ -95,22 +95,9 @@ def _kuv_points_multiscale(
 def _kuv_multiscale_multiscale(
     inducing_u: Multiscale, inducing_v: Multiscale, kernel: SquaredExponential
 ) -> tf.Tensor:
-    """
-    GPflow's ``Kuu`` for ``Multiscale`` between two different sets: the features are Gaussian
-    windows of standard deviation :math:`\\ell + s` around :math:`\\mathbf z` (in GPflow's
-    parameterisation), so the covariance is a Gaussian in :math:`\\mathbf z_u - \\mathbf z_v`
-    with squared width :math:`(\\ell + s_u)^2 + (\\ell + s_v)^2 - \\ell^2` per dimension.
-    """
-    Z_u, scales_u = kernel.slice(inducing_u.Z, inducing_u.scales)
-    Z_v, scales_v = kernel.slice(inducing_v.Z, inducing_v.scales)
-    lengthscales = kernel.lengthscales
-    window_sq_u = tf.square(lengthscales + scales_u)[:, None, :]
-    window_sq_v = tf.square(lengthscales + scales_v)[None, :, :]
-    width_sq = window_sq_u + window_sq_v - tf.square(lengthscales)
-    difference = Z_u[:, None, :] - Z_v[None, :, :]
-    log_scale = tf.reduce_sum(tf.math.log(lengthscales) - 0.5 * tf.math.log(width_sq), axis=-1)
-    return kernel.variance * tf.exp(
-        log_scale - 0.5 * tf.reduce_sum(tf.square(difference) / width_sq, axis=-1)
+    """GPflow's ``Multiscale`` features are Gaussian windows: zero-frequency cosine windows."""
+    return window_covariance(
+        multiscale_windows(inducing_u, kernel), multiscale_windows(inducing_v, kernel), kernel
     )
 
 

@@ -290,7 +290,13 @@ def test_kuv_with_multiscale(rng):
     expected = Kuv(converted, features, kernel).numpy()
     np.testing.assert_allclose(Kuv(multiscale, features, kernel).numpy(), expected, rtol=1e-12)
     np.testing.assert_allclose(Kuv(features, multiscale, kernel).numpy(), expected.T, rtol=1e-12)
-    # Against this package's Multiscale-Multiscale rule, through the zero-frequency FIF.
+    # Multiscale with itself is GPflow's own Kuu (an independent reference), and with another
+    # Multiscale set it agrees with the zero-frequency FIF.
+    np.testing.assert_allclose(
+        Kuv(multiscale, multiscale, kernel).numpy(),
+        Kuu(multiscale, kernel).numpy(),
+        rtol=1e-12,
+    )
     other = Multiscale(rng.normal(size=(4, 2)), rng.uniform(0.1, 0.9, (4, 2)))
     np.testing.assert_allclose(
         Kuv(converted, other, kernel).numpy(),
