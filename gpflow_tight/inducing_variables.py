@@ -86,6 +86,14 @@ def _check_feature_shape(array: np.ndarray, name: str, shape: tuple[int, ...], f
         )
 
 
+def _feature_array(value: Any, name: str, shape: tuple[int, ...], fix: str) -> np.ndarray:
+    """A finite float array of the given shape, or a ``ValueError`` naming ``name`` and ``fix``."""
+    array = _as_array(value, name)
+    _check_feature_shape(array, name, shape, fix)
+    _check_finite(array, name)
+    return array
+
+
 class FrequencyInducingFeatures(InducingVariables):
     """
     Frequency inducing features (Lázaro-Gredilla & Figueiras-Vidal 2009, FIFGP):
@@ -126,14 +134,13 @@ class FrequencyInducingFeatures(InducingVariables):
         _check_finite(Z_value, "Z")
         num_inducing, input_dim = Z_value.shape
 
-        widths_value = _as_array(widths, "widths")
-        _check_feature_shape(
-            widths_value,
+        shape = (num_inducing, input_dim)
+        widths_value = _feature_array(
+            widths,
             "widths",
-            (num_inducing, input_dim),
+            shape,
             "give one window width per feature and input dimension, e.g. `np.full(Z.shape, width)`",
         )
-        _check_finite(widths_value, "widths")
         if np.any(widths_value <= 0):
             raise ValueError(
                 "`widths` must be strictly positive (they are the window standard deviations), "
@@ -141,31 +148,18 @@ class FrequencyInducingFeatures(InducingVariables):
                 f"{np.unique(np.nonzero(widths_value <= 0)[0])[:5].tolist()}); use small positive "
                 "widths for point-like windows."
             )
-
-        if frequencies is None:
-            frequencies_value = np.zeros_like(Z_value)
-        else:
-            frequencies_value = _as_array(frequencies, "frequencies")
-            _check_feature_shape(
-                frequencies_value,
-                "frequencies",
-                (num_inducing, input_dim),
-                "give one frequency per feature and input dimension (zeros for a plain Gaussian "
-                "window)",
-            )
-            _check_finite(frequencies_value, "frequencies")
-
-        if phases is None:
-            phases_value = np.zeros(num_inducing)
-        else:
-            phases_value = _as_array(phases, "phases")
-            _check_feature_shape(
-                phases_value,
-                "phases",
-                (num_inducing,),
-                "give one phase per feature (flatten an [M, 1] array with `np.ravel`)",
-            )
-            _check_finite(phases_value, "phases")
+        frequencies_value = _feature_array(
+            np.zeros(shape) if frequencies is None else frequencies,
+            "frequencies",
+            shape,
+            "give one frequency per feature and input dimension (zeros: a plain Gaussian window)",
+        )
+        phases_value = _feature_array(
+            np.zeros(num_inducing) if phases is None else phases,
+            "phases",
+            (num_inducing,),
+            "give one phase per feature (flatten an [M, 1] array with `np.ravel`)",
+        )
 
         super().__init__(name=name)
         self.Z = Parameter(Z_value)
