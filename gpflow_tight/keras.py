@@ -1,0 +1,69 @@
+"""
+Train any model with an external-data training loss (TightSVGP, SOLVEGP, VNNGP, the minibatch
+GPLVM, GPflow's SVGP, ...) with Keras's ``compile()`` and ``fit()`` on a ``tf.data`` dataset,
+through ``gpflow.keras.tf_keras``, so that Keras's callbacks (progress bar, ``EarlyStopping``,
+``TensorBoard``, ``ModelCheckpoint``, learning-rate schedules) work unchanged. GPflow has no such
+adaptor (GPflow issue 1207).
+
+.. code-block:: python
+
+    keras_model = gpflow_tight.keras.KerasGPModel(model)
+    keras_model.compile(optimizer=tf_keras.optimizers.Adam(0.01))
+    history = keras_model.fit(dataset.batch(256), epochs=20, callbacks=[...])
+
+The dataset yields what ``model.training_loss`` takes (``(X, Y)``, or VNNGP's ``(X, Y,
+neighbours)``). The reported ``loss`` is the negative ELBO estimate of each batch (divided by
+nothing: GPflow's scale). ``predict()`` returns the predictive mean and variance of ``y``.
+"""
+
+from typing import Any
+
+import tensorflow as tf
+from gpflow.config import default_float
+from gpflow.keras import tf_keras
+from gpflow.models import BayesianModel, ExternalDataTrainingLossMixin
+
+from .validation import explain_cholesky_failure
+
+__all__ = ["KerasGPModel"]
+
+
+class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
+    """
+    A Keras model around a GPflow model with an external-data training loss. The GPflow model's
+    variables are the Keras model's weights, so ``ModelCheckpoint`` and ``save_weights`` store
+    them, and the optimiser given to ``compile()`` trains them.
+    """
+
+    def __init__(self, model: BayesianModel, **kwargs: Any) -> None:
+        if not isinstance(model, ExternalDataTrainingLossMixin):
+            raise TypeError(
+                f"KerasGPModel trains models whose training loss takes the data (SVGP-like); "
+                f"{type(model).__name__} holds its data: train it with "
+                "`gpflow_tight.training.fit_scipy` or `fit_adam`."
+            )
+        super().__init__(**kwargs)
+        self.gp_model = model
+
+    def call(self, inputs: Any, training: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """
+        The predictive mean and marginal variance of y at ``inputs``, cast to GPflow's default
+        float. Keras converts numpy arrays given to ``predict()`` to float32: pass a
+        ``tf.Tensor`` or a ``tf.data.Dataset`` to keep float64 inputs exact.
+        """
+        return self.gp_model.predict_y(tf.cast(inputs, default_float()))
+
+    def train_step(self, data: Any) -> dict[str, tf.Tensor]:
+        variables = self.gp_model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = self.gp_model.training_loss(data)
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return {"loss": loss}
+
+    def test_step(self, data: Any) -> dict[str, tf.Tensor]:
+        return {"loss": self.gp_model.training_loss(data)}
+
+    def fit(self, *args: Any, **kwargs: Any) -> Any:
+        """Keras's ``fit``; a failed Cholesky factorisation raises a helpful ``CholeskyError``."""
+        with explain_cholesky_failure():
+            return super().fit(*args, **kwargs)
