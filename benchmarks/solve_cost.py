@@ -27,6 +27,7 @@ setup()
 
 import gpflow  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from cost import step_function  # noqa: E402
 
 from gpflow_tight import SOLVEGP, SOLVEGPR, TightSOLVEGP, TightSVGP  # noqa: E402
 
@@ -46,25 +47,6 @@ class Setting:
     losses: dict[str, float]
     num_parameters: dict[str, int]
     seconds: float  # wall time of the setting, compilation included
-
-
-def step_function(model: gpflow.models.BayesianModel, batch: tuple | None) -> Callable[[], float]:
-    """A compiled loss-and-gradient step (as in cost.py); the callable blocks until it is done."""
-    variables = model.trainable_variables
-
-    @tf.function
-    def step() -> tuple[tf.Tensor, list[tf.Tensor]]:
-        with tf.GradientTape() as tape:
-            loss = model.training_loss() if batch is None else model.training_loss(batch)
-        return loss, tape.gradient(loss, variables)
-
-    def run() -> float:
-        loss, grads = step()
-        for grad in grads:
-            grad.numpy()
-        return float(loss.numpy())
-
-    return run
 
 
 def make_data(num_data: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
