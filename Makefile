@@ -45,6 +45,8 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/vnngp_uci.py
 	$(PY) benchmarks/gplvm_cost.py
 	$(PY) benchmarks/gplvm_oil_flow.py
+	$(PY) benchmarks/solve_cost.py
+	$(PY) benchmarks/solve_uci.py
 
 clean:
 	rm -rf $(VENV) demo_output build *.egg-info

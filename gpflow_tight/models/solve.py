@@ -167,7 +167,8 @@ class SOLVEGPR(ExplainsCholeskyFailures, SGPR):
 
     @inherit_check_shapes
     def logdet_term(self, common: SGPR.CommonTensors) -> tf.Tensor:
-        logdet = super().logdet_term(common)
+        # explicit super() here and below: autograph once failed to bind the zero-argument form
+        logdet = super(SOLVEGPR, self).logdet_term(common)  # noqa: UP008
         if self.bound == "thesis":
             return logdet
         output_dim = to_default_float(tf.shape(self.data[1])[1])
@@ -176,7 +177,7 @@ class SOLVEGPR(ExplainsCholeskyFailures, SGPR):
     @inherit_check_shapes
     def elbo(self) -> tf.Tensor:
         with explain_cholesky_failure():
-            return super().elbo()
+            return super(SOLVEGPR, self).elbo()  # noqa: UP008
 
     @check_shapes("return: []")
     def decoupling_kl(self) -> tf.Tensor:
@@ -502,7 +503,9 @@ class SOLVEGP(ExplainsCholeskyFailures, SVGP):
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
         with explain_cholesky_failure():
-            return super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
+            return super(SOLVEGP, self).predict_f(  # noqa: UP008
+                Xnew, full_cov=full_cov, full_output_cov=full_output_cov
+            )
 
 
 class TightSOLVEGP(SOLVEGP, TightSVGP):
