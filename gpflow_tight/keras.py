@@ -42,14 +42,6 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
                 f"{type(model).__name__} holds its data: train it with "
                 "`gpflow_tight.training.fit_scipy` or `fit_adam`."
             )
-        strategy = tf.distribute.get_strategy()
-        if type(model).__name__ == "VNNGP" and strategy.num_replicas_in_sync > 1:
-            # Known gap: its steps under MirroredStrategy differ from the single-device steps
-            # (tests/test_keras.py checks every other model); refuse rather than train wrongly.
-            raise NotImplementedError(
-                "VNNGP is not supported under a tf.distribute strategy with several replicas yet; "
-                "train it on one device."
-            )
         super().__init__(**kwargs)
         self.gp_model = model
 

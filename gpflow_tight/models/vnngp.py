@@ -108,8 +108,11 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
             prediction_batch_size, "prediction_batch_size", None
         )
         self.num_data = num_data
-        self.inducing_variable = gpflow.inducing_variables.InducingPoints(Z)
-        gpflow.set_trainable(self.inducing_variable, False)
+        # Created untrainable rather than by `gpflow.set_trainable` afterwards: under a
+        # tf.distribute strategy the mirrored variable would stay trainable.
+        self.inducing_variable = gpflow.inducing_variables.InducingPoints(
+            Parameter(Z, trainable=False, dtype=default_float())
+        )
 
         if ordering == "random":
             self.ordering = np.random.default_rng(seed).permutation(num_inducing)
