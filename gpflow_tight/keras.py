@@ -12,8 +12,9 @@ adaptor (GPflow issue 1207).
     history = keras_model.fit(dataset.batch(256), epochs=20, callbacks=[...])
 
 The dataset yields what ``model.training_loss`` takes (``(X, Y)``, or VNNGP's ``(X, Y,
-neighbours)``). The reported ``loss`` is the negative ELBO estimate of each batch (divided by
-nothing: GPflow's scale). ``predict()`` returns the predictive mean and variance of ``y``.
+neighbours)``). The reported ``loss`` is the mean over the epoch's batches of the negative
+ELBO estimates (GPflow's scale: the whole data set's bound, not per point). ``predict()``
+returns the predictive mean and variance of ``y``.
 """
 
 from typing import Any
@@ -44,6 +45,7 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
             )
         super().__init__(**kwargs)
         self.gp_model = model
+        self.loss_tracker = tf_keras.metrics.Mean(name="loss", dtype=default_float())
 
     def call(self, inputs: Any, training: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
         """
@@ -52,6 +54,11 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         ``tf.Tensor`` or a ``tf.data.Dataset`` to keep float64 inputs exact.
         """
         return self.gp_model.predict_y(tf.cast(inputs, default_float()))
+
+    @property
+    def metrics(self) -> list[Any]:
+        """The running mean of the loss, which Keras resets at the start of each epoch."""
+        return [self.loss_tracker]
 
     def train_step(self, data: Any) -> dict[str, tf.Tensor]:
         """
@@ -68,24 +75,12 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
             loss = self.gp_model.training_loss(data)
             scaled_loss = loss / tf.cast(num_replicas, loss.dtype)
         self.optimizer.apply_gradients(zip(tape.gradient(scaled_loss, variables), variables))
-        return {"loss": self._mean_over_replicas(loss)}
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
 
     def test_step(self, data: Any) -> dict[str, tf.Tensor]:
-        return {"loss": self._mean_over_replicas(self.gp_model.training_loss(data))}
-
-    def _mean_over_replicas(self, value: tf.Tensor) -> tf.Tensor:
-        """
-        The replicas' mean of a per-replica loss, as Keras will report it: Keras's default
-        ``distribute_reduction_method`` ("auto", which is "sum" off TPUs) adds the replicas'
-        values, so each replica contributes its share; with "first" every replica returns the
-        synchronised mean.
-        """
-        replica = tf.distribute.get_replica_context()
-        if replica is None or replica.num_replicas_in_sync == 1:
-            return value
-        if self.distribute_reduction_method == "first":
-            return replica.all_reduce(tf.distribute.ReduceOp.MEAN, value)
-        return value / tf.cast(replica.num_replicas_in_sync, value.dtype)
+        self.loss_tracker.update_state(self.gp_model.training_loss(data))
+        return {"loss": self.loss_tracker.result()}
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
         """Keras's ``fit``; a failed Cholesky factorisation raises a helpful ``CholeskyError``."""

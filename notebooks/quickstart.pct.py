@@ -31,6 +31,10 @@ for model in (sgpr, tight_sgpr):
 
 # %% [markdown]
 # ## Uncollapsed with minibatches: SVGP → TightSVGP
+#
+# Both train with Keras's `fit` on a `tf.data` dataset through
+# `gpflow_tight.keras.KerasGPModel`, which works for any model whose training loss takes the
+# data (GPflow's SVGP included).
 
 # %%
 data = tf.data.Dataset.from_tensor_slices((X, Y)).repeat().shuffle(1000, seed=0).batch(100)
@@ -43,17 +47,22 @@ tight_svgp = gpflow_tight.TightSVGP(
 )
 
 
-def train_with_adam(model):
-    loss = model.training_loss_closure(iter(data))
-    optimizer = tf_keras.optimizers.Adam(0.02)
-    step = tf.function(lambda: optimizer.minimize(loss, model.trainable_variables))
-    for _ in range(reduce_in_tests(1500)):
-        step()
+def train_with_keras(model):
+    """Keras compile()/fit(): callbacks such as EarlyStopping or TensorBoard work as usual."""
+    keras_model = gpflow_tight.keras.KerasGPModel(model)
+    keras_model.compile(optimizer=tf_keras.optimizers.Adam(0.02))
+    history = keras_model.fit(
+        data, epochs=reduce_in_tests(15), steps_per_epoch=reduce_in_tests(100), verbose=0
+    )
+    return history.history["loss"]
 
 
 for model in (svgp, tight_svgp):
-    train_with_adam(model)
-    print(f"{type(model).__name__:10s} bound {model.elbo((X, Y)).numpy():9.2f}")
+    losses = train_with_keras(model)
+    print(
+        f"{type(model).__name__:10s} bound {model.elbo((X, Y)).numpy():9.2f} "
+        f"(mean minibatch loss in the last epoch: {losses[-1]:.2f})"
+    )
 
 # %% [markdown]
 # Predictions work exactly as in GPflow: `predict_f`, `predict_y`, `predict_log_density` and
