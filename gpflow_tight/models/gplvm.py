@@ -84,16 +84,24 @@ def _psi2_sum_and_expected_residual(
     \\mathrm{tr}(K_{uu}^{-1}\\Psi_{2,n})` [N] (:math:`K_{uu}^{-1}` is symmetric, so the trace is a
     dot product of the flattened matrices).
     """
+    flat_psi2, flat_Kuu_inv = _flattened(psi, L)
+    total, contracted = _sum_and_contract(flat_psi2, flat_Kuu_inv)
     num_inducing = tf.shape(L)[0]
-    Kuu_inv = tf.linalg.cholesky_solve(L, tf.eye(num_inducing, dtype=L.dtype))
-    flat_psi2 = tf.reshape(psi.psi2, [-1, num_inducing * num_inducing])
-    total, contracted = _sum_and_contract(flat_psi2, tf.reshape(Kuu_inv, [-1]))
     return tf.reshape(total, [num_inducing, num_inducing]), psi.psi0 - contracted
 
 
 def _expected_residual(psi: _PsiStatistics, L: tf.Tensor) -> tf.Tensor:
-    """:math:`\\langle d_n \\rangle` alone (see :func:`_psi2_sum_and_expected_residual`)."""
-    return _psi2_sum_and_expected_residual(psi, L)[1]
+    """:math:`\\langle d_n \\rangle` alone, for minibatches (no sum over the rows is needed)."""
+    flat_psi2, flat_Kuu_inv = _flattened(psi, L)
+    return psi.psi0 - tf.linalg.matvec(flat_psi2, flat_Kuu_inv)
+
+
+def _flattened(psi: _PsiStatistics, L: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Per-point :math:`\\Psi_{2,n}` as rows [N, M²], :math:`K_{uu}^{-1}` as a vector [M²]."""
+    num_inducing = tf.shape(L)[0]
+    Kuu_inv = tf.linalg.cholesky_solve(L, tf.eye(num_inducing, dtype=L.dtype))
+    flat_psi2 = tf.reshape(psi.psi2, [-1, num_inducing * num_inducing])
+    return flat_psi2, tf.reshape(Kuu_inv, [-1])
 
 
 def _check_latent(

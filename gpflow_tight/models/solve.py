@@ -200,16 +200,16 @@ class SOLVEGPR(ExplainsCholeskyFailures, SGPR):
         q_mu = tf.linalg.triangular_solve(tf.linalg.adjoint(common.LB), c, lower=False)
         num_regular = self.inducing_variable.num_inducing
 
-        def inverse_transposed_cholesky(B: tf.Tensor) -> tf.Tensor:
-            L = tf.linalg.cholesky(B)
-            eye = tf.eye(tf.shape(B)[0], dtype=B.dtype)
+        def inverse_transposed(L: tf.Tensor) -> tf.Tensor:
+            eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
             return tf.linalg.adjoint(tf.linalg.triangular_solve(L, eye, lower=True))[None]
 
+        # chol(B_u) is the leading block of chol(B); B_v needs its own factor
         return (
             q_mu[:num_regular],
-            inverse_transposed_cholesky(common.B[:num_regular, :num_regular]),
+            inverse_transposed(common.LB[:num_regular, :num_regular]),
             q_mu[num_regular:],
-            inverse_transposed_cholesky(common.B[num_regular:, num_regular:]),
+            inverse_transposed(tf.linalg.cholesky(common.B[num_regular:, num_regular:])),
         )
 
     @check_shapes(
