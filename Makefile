@@ -23,16 +23,21 @@ demo: $(VENV)/.installed
 	$(PY) -m gpflow_tight demo --output demo_output
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check gpflow_tight tests benchmarks notebooks
-	$(BIN)/ruff format --check gpflow_tight tests benchmarks notebooks
+	$(BIN)/ruff check gpflow_tight tests benchmarks notebooks examples docs/conf.py
+	$(BIN)/ruff format --check gpflow_tight tests benchmarks notebooks examples docs/conf.py
 	$(BIN)/mypy gpflow_tight
 
 format: $(VENV)/.installed-test
-	$(BIN)/ruff format gpflow_tight tests benchmarks notebooks
-	$(BIN)/ruff check --fix gpflow_tight tests benchmarks notebooks
+	$(BIN)/ruff format gpflow_tight tests benchmarks notebooks examples docs/conf.py
+	$(BIN)/ruff check --fix gpflow_tight tests benchmarks notebooks examples docs/conf.py
 
 test: lint
 	$(BIN)/pytest -n 2 --durations=15 tests
+
+# the site, with the notebooks executed (cached: rerun only when they change)
+docs: $(VENV)/.installed-test
+	$(BIN)/sphinx-build -W --keep-going -b html -c docs . docs/_build/html
+	@echo "open docs/_build/html/index.html"
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/cost.py

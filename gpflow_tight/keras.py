@@ -79,6 +79,7 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         return {"loss": self.loss_tracker.result()}
 
     def test_step(self, data: Any) -> dict[str, tf.Tensor]:
+        """The loss on a batch, without a step: Keras's ``evaluate`` and ``validation_data``."""
         self.loss_tracker.update_state(self.gp_model.training_loss(data))
         return {"loss": self.loss_tracker.result()}
 

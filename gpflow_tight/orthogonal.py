@@ -86,10 +86,12 @@ class OrthogonalInducingVariables(InducingVariables):
 
     @property
     def num_inducing(self) -> tf.Tensor:
+        """The number of orthogonal inducing variables (the regular set is counted apart)."""
         return self.orthogonal.num_inducing
 
     @property
     def shape(self) -> Shape:
+        """The orthogonal set's shape."""
         return self.orthogonal.shape
 
 

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # Bayesian GPLVM on the oil flow data: BayesianGPLVM vs TightBayesianGPLVM
 #

@@ -15,5 +15,6 @@ class ExplainsCholeskyFailures:
     """
 
     def training_loss_closure(self, *args: Any, **kwargs: Any) -> Any:
+        """GPflow's closure; a failed Cholesky raises a :class:`~.validation.CholeskyError`."""
         closure = super().training_loss_closure(*args, **kwargs)  # type: ignore[misc]
         return translate_cholesky_failure(closure)

@@ -551,6 +551,7 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
 
     @inherit_check_shapes
     def maximum_log_likelihood_objective(self) -> tf.Tensor:  # type: ignore[override]
+        """``log_marginal_likelihood()``, whose negative is ``training_loss()``."""
         return self.log_marginal_likelihood()
 
     @check_shapes(

@@ -167,6 +167,7 @@ class SOLVEGPR(ExplainsCholeskyFailures, SGPR):
 
     @inherit_check_shapes
     def logdet_term(self, common: SGPR.CommonTensors) -> tf.Tensor:
+        """SGPR's term on :math:`Z_u \\cup Z_v`, minus :math:`\\Delta` for ``bound="solve"``."""
         # explicit super() here and below: autograph once failed to bind the zero-argument form
         logdet = super(SOLVEGPR, self).logdet_term(common)  # noqa: UP008
         if self.bound == "thesis":
@@ -176,6 +177,7 @@ class SOLVEGPR(ExplainsCholeskyFailures, SGPR):
 
     @inherit_check_shapes
     def elbo(self) -> tf.Tensor:
+        """The collapsed SOLVE-GP bound (``bound="solve"``) or the thesis bound."""
         with explain_cholesky_failure():
             return super(SOLVEGPR, self).elbo()  # noqa: UP008
 
@@ -502,6 +504,7 @@ class SOLVEGP(ExplainsCholeskyFailures, SVGP):
     def predict_f(
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
+        """The decoupled predictive of :class:`OrthogonalPosterior` (``posterior().predict_f``)."""
         with explain_cholesky_failure():
             return super(SOLVEGP, self).predict_f(  # noqa: UP008
                 Xnew, full_cov=full_cov, full_output_cov=full_output_cov

@@ -89,6 +89,7 @@ class TightSGPR(ExplainsCholeskyFailures, SGPR):
 
     @inherit_check_shapes
     def elbo(self) -> tf.Tensor:
+        """The T-SGPR bound :math:`\\mathcal F_4` (eq. 9)."""
         with explain_cholesky_failure():
             return super().elbo()
 
@@ -96,6 +97,7 @@ class TightSGPR(ExplainsCholeskyFailures, SGPR):
     def predict_f(
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
+        """SGPR's prediction, or with ``exact_predictive_variance`` the variance of eq. 12."""
         with explain_cholesky_failure():
             mean, var = super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
             if not self.exact_predictive_variance:

@@ -176,5 +176,6 @@ class TightSVGP(ExplainsCholeskyFailures, SVGP):
     def predict_f(
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
+        """SVGP's prediction from :math:`q(\\mathbf u)`: the relaxation acts on training data."""
         with explain_cholesky_failure():
             return super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)

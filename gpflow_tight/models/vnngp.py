@@ -314,6 +314,7 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         return expected - kl
 
     def maximum_log_likelihood_objective(self, data: Any) -> tf.Tensor:  # type: ignore[override]
+        """The ELBO on ``data``, whose negative is ``training_loss(data)``."""
         return self.elbo(data)
 
     # ---------------------------------------------------------------------------------------
