@@ -58,7 +58,7 @@ from gpflow_tight.orthogonal import (
     orthogonal_factors,
     orthogonal_projections,
 )
-from gpflow_tight.training import fit_adam
+from gpflow_tight.training import fit_adam, fit_scipy
 
 if os.environ.get("GPFLOW_CI"):
     matplotlib.use("Agg")  # the tests run this file as a script: no windows
@@ -84,9 +84,7 @@ MAXITER = reduce_in_tests(500)
 
 
 def fit(model):
-    gpflow.optimizers.Scipy().minimize(
-        model.training_loss, model.trainable_variables, options={"maxiter": MAXITER}
-    )
+    fit_scipy(model, maxiter=MAXITER, progress=False)
     return model
 
 

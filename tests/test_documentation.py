@@ -14,16 +14,30 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.pct.py"))
 
 
-def test_readme_examples_run():
-    readme = (ROOT / "README.md").read_text()
-    assert readme.startswith("```bash\nmake demo")
-    first, *rest = re.findall(r"```python\n(.*?)```", readme, re.S)
+def run_python_blocks(path):
+    """Execute the page's python code blocks in order, in one namespace; return it."""
+    text = path.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, path
     namespace: dict = {}
-    exec(compile(first, "README.md", "exec"), namespace)
+    for block in blocks:  # later blocks build on the earlier ones
+        exec(compile(block, str(path), "exec"), namespace)
+    return namespace
+
+
+def test_readme_examples_run():
+    assert (ROOT / "README.md").read_text().startswith("```bash\nmake demo")
+    namespace = run_python_blocks(ROOT / "README.md")
     assert namespace["model"].elbo().numpy() > -1e6
-    for example in rest:  # later examples build on the first one's data
-        exec(compile(example, "README.md", "exec"), namespace)
     assert np.isfinite(namespace["classifier"].log_marginal_likelihood().numpy())
+
+
+def test_training_guide_examples_run():
+    namespace = run_python_blocks(ROOT / "docs" / "training.md")
+    assert len(namespace["history"].history["loss"]) == 2  # the MirroredStrategy fit
+    np.testing.assert_allclose(
+        namespace["mean"], namespace["collapsed"].predict_y(namespace["X"][:5])[0]
+    )
 
 
 def test_site_builds_with_the_notebooks_executed(tmp_path):
