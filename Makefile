@@ -54,4 +54,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/solve_uci.py
 
 clean:
-	rm -rf $(VENV) demo_output build *.egg-info
+	rm -rf $(VENV) demo_output build docs/_build *.egg-info

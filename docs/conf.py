@@ -16,7 +16,9 @@ runs the notebooks on their short test settings.
 import os
 from pathlib import Path
 
-import gpflow_tight
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow here and in the kernels
+
+import gpflow_tight  # noqa: E402
 
 project = "gpflow-tight"
 author = "the gpflow-tight developers"
@@ -58,11 +60,11 @@ nb_execution_timeout = 3600
 nb_execution_raise_on_error = True  # a notebook that fails fails the build
 nb_merge_streams = True
 nb_output_stderr = "remove"  # TensorFlow's start-up log and tqdm bars
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # inherited by the notebook kernels
 
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented"  # types of the documented parameters
 
 bibtex_bibfiles = ["references.bib"]
 bibtex_reference_style = "author_year"

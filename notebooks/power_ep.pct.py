@@ -130,8 +130,9 @@ for label, objective, noise, variance, lengthscale, nlpd in rows:
 #
 # Fix the hyperparameters and pseudo-inputs (here those learned by the α = 0.5 model) and vary
 # only $\alpha$. The curve rises from the VFE bound at $\alpha = 0$ (which equals GPflow's
-# `SGPR.elbo`) to FITC's $\log \mathcal N(\mathbf y; \mathbf 0, Q_{ff} + \mathrm{diag}(\mathbf d)
-# + \sigma^2 I)$ at $\alpha = 1$ (equal to `GPRFITC`). VFE is a lower bound on the exact
+# `SGPR.elbo`) to FITC's
+# $\log \mathcal N(\mathbf y; \mathbf 0, Q_{ff} + \mathrm{diag}(\mathbf d) + \sigma^2 I)$ at
+# $\alpha = 1$ (equal to `GPRFITC`). VFE is a lower bound on the exact
 # $\log p(\mathbf y)$ of the full GP with the same hyperparameters (dashed); FITC is not a bound
 # and can lie on either side of it.
 
