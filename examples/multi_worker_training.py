@@ -20,7 +20,8 @@ the same parameters: ``tests/test_distribute.py`` runs both and compares them. T
    shuffled with the same seed; Keras splits each global batch between the workers' replicas
    (``AutoShardPolicy.DATA``: in-memory data has no files to shard by).
 4. ``fit`` with a fixed ``steps_per_epoch`` (the dataset repeats forever).
-5. Every worker saves a checkpoint (saving is collective); only the chief's (worker 0) is kept.
+5. Every worker saves a checkpoint, as TensorFlow's guide asks; only the chief's is kept (the
+   ``chief`` task if the cluster has one, else worker 0).
 """
 
 import argparse
@@ -81,10 +82,7 @@ def main() -> None:
         dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=2
     )
 
-    resolver = strategy.cluster_resolver  # step 5
-    is_chief = resolver.task_type in (None, "chief") or (
-        resolver.task_type == "worker" and resolver.task_id == 0
-    )
+    is_chief = strategy.extended.should_checkpoint  # step 5: the chief, or worker 0 without one
     directory = args.output if is_chief else tempfile.mkdtemp()
     path = tf.train.Checkpoint(model=model).write(os.path.join(directory, "model"))
     if not is_chief:

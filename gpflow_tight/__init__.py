@@ -8,6 +8,7 @@ from . import (
     datasets,
     inducing_variables,
     keras,
+    likelihoods,
     neighbors,
     orthogonal,
     serving,
@@ -16,6 +17,7 @@ from . import (
     training,
 )
 from .inducing_variables import FrequencyInducingFeatures
+from .likelihoods import ExactProbit
 from .models import (
     DTC,
     FITC,
@@ -57,11 +59,13 @@ __all__ = [
     "TightSOLVEGP",
     "OrthogonalInducingVariables",
     "FrequencyInducingFeatures",
+    "ExactProbit",
     "exact_probit",
     "CholeskyError",
     "covariances",
     "inducing_variables",
     "keras",
+    "likelihoods",
     "orthogonal",
     "serving",
     "datasets",

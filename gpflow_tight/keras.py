@@ -60,30 +60,67 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         """The running mean of the loss, which Keras resets at the start of each epoch."""
         return [self.loss_tracker]
 
-    def train_step(self, data: Any) -> dict[str, tf.Tensor]:
+    def replica_loss(self, data: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """
-        One optimiser step on a batch. Under a ``tf.distribute`` strategy each replica sees part
-        of the batch, and its loss is already an unbiased estimate of the whole objective (the
-        data term is scaled by ``num_data`` over the local batch size); the optimiser sums the
-        replicas' gradients, so each replica's loss is divided by the number of replicas, which
-        makes the step the single-device step on the whole batch.
+        This replica's loss on its part of the batch, and its weight: the part's share of the
+        whole batch. Each replica's loss is already an unbiased estimate of the whole objective
+        (the data term is scaled by ``num_data`` over the local batch size), so the weighted sum
+        over replicas is the estimate on the whole batch, however unevenly the batch splits.
+        A replica with nothing to do (a last batch smaller than the number of replicas) weighs 0
+        and its loss, which would divide by a batch size of 0, is not evaluated. Without a
+        strategy the weight is 1.
+        """
+        replica = tf.distribute.get_replica_context()
+        if replica is None or replica.num_replicas_in_sync == 1:
+            return self.gp_model.training_loss(data), tf.ones([], default_float())
+        local_size = tf.cast(tf.shape(tf.nest.flatten(data)[0])[0], default_float())
+        batch_size = replica.all_reduce(tf.distribute.ReduceOp.SUM, local_size)
+        loss = tf.cond(
+            local_size > 0,
+            lambda: self.gp_model.training_loss(data),
+            lambda: tf.zeros([], default_float()),
+        )
+        return loss, local_size / batch_size
+
+    def weighted_gradients(self, data: Any) -> tuple[tf.Tensor, tf.Tensor, list[Any]]:
+        """
+        This replica's loss, weight (:meth:`replica_loss`) and weighted gradients. Weighting the
+        gradients rather than the loss keeps each replica's backward pass exactly the
+        single-device one on its part of the batch (another seed than 1 changes its round-off).
         """
         variables = self.gp_model.trainable_variables
-        replica = tf.distribute.get_replica_context()
-        num_replicas = 1 if replica is None else replica.num_replicas_in_sync
         with tf.GradientTape() as tape:
-            loss = self.gp_model.training_loss(data)
-            scaled_loss = loss / tf.cast(num_replicas, loss.dtype)
-        self.optimizer.apply_gradients(zip(tape.gradient(scaled_loss, variables), variables))
-        self.loss_tracker.update_state(loss)
+            loss, weight = self.replica_loss(data)
+        gradients = [_scale_gradient(g, weight) for g in tape.gradient(loss, variables)]
+        return loss, weight, gradients
+
+    def train_step(self, data: Any) -> dict[str, tf.Tensor]:
+        """
+        One optimiser step on a batch. Under a ``tf.distribute`` strategy the optimiser sums the
+        replicas' :meth:`weighted_gradients`, which makes the step the single-device step on
+        the whole batch.
+        """
+        loss, weight, gradients = self.weighted_gradients(data)
+        self.optimizer.apply_gradients(zip(gradients, self.gp_model.trainable_variables))
+        self.loss_tracker.update_state(loss, sample_weight=weight)
         return {"loss": self.loss_tracker.result()}
 
     def test_step(self, data: Any) -> dict[str, tf.Tensor]:
         """The loss on a batch, without a step: Keras's ``evaluate`` and ``validation_data``."""
-        self.loss_tracker.update_state(self.gp_model.training_loss(data))
+        loss, weight = self.replica_loss(data)
+        self.loss_tracker.update_state(loss, sample_weight=weight)
         return {"loss": self.loss_tracker.result()}
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
         """Keras's ``fit``; a failed Cholesky factorisation raises a helpful ``CholeskyError``."""
         with explain_cholesky_failure():
             return super().fit(*args, **kwargs)
+
+
+def _scale_gradient(gradient: Any, weight: tf.Tensor) -> Any:
+    """``weight * gradient`` for a dense or sparse (``tf.IndexedSlices``) gradient, or ``None``."""
+    if gradient is None:
+        return None
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values * weight, gradient.indices, gradient.dense_shape)
+    return gradient * weight

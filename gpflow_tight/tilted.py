@@ -23,17 +23,22 @@ import tensorflow_probability as tfp
 from check_shapes import check_shapes
 from gpflow.likelihoods.utils import inv_probit
 
-__all__ = ["TiltedMoments", "exact_probit", "tilted_moments"]
+__all__ = ["TiltedMoments", "exact_probit", "log_normal_cdf", "tilted_moments"]
 
 _INV_PROBIT_JITTER = 1e-3  # gpflow.likelihoods.utils.inv_probit squeezes Φ into [ε, 1 - ε]
 
 
 def exact_probit(F: tf.Tensor) -> tf.Tensor:
     """
-    The standard normal CDF :math:`\\Phi`, without the jitter of GPflow's ``inv_probit``. Use
-    ``gpflow.likelihoods.Bernoulli(invlink=exact_probit)`` for the paper's probit likelihood.
+    The standard normal CDF :math:`\\Phi`, without the jitter of GPflow's ``inv_probit``. The
+    paper's probit likelihood is :class:`~gpflow_tight.likelihoods.ExactProbit`, which uses it.
     """
     return 0.5 * tf.math.erfc(-F / np.sqrt(2.0))
+
+
+def log_normal_cdf(x: tf.Tensor) -> tf.Tensor:
+    """:math:`\\log \\Phi(x)`, accurate far into both tails (``tfp``'s ``log_ndtr``)."""
+    return tfp.distributions.Normal(tf.zeros([], x.dtype), tf.ones([], x.dtype)).log_cdf(x)
 
 
 class TiltedMoments(NamedTuple):
@@ -75,8 +80,7 @@ def _probit_log_likelihood(jitter: float, y: tf.Tensor, F: tf.Tensor) -> tf.Tens
     tails (GPflow's Bernoulli forms :math:`1 - p`, which cancels, and a small power
     :math:`\\alpha` magnifies that error).
     """
-    standard_normal = tfp.distributions.Normal(tf.zeros([], F.dtype), tf.ones([], F.dtype))
-    log_phi = standard_normal.log_cdf((2 * y - 1) * F)  # stable far into the tails
+    log_phi = log_normal_cdf((2 * y - 1) * F)
     if jitter == 0:
         return log_phi
     return tf.math.log(jitter + (1 - 2 * jitter) * tf.exp(log_phi))

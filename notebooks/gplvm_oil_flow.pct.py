@@ -49,7 +49,7 @@ import os
 import time
 
 import gpflow
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 from gpflow.ci_utils import reduce_in_tests
 
@@ -58,9 +58,6 @@ from gpflow_tight.datasets import DataNotFoundError, find_data_dir
 from gpflow_tight.training import fit_adam, fit_scipy
 
 CI = bool(os.environ.get("GPFLOW_CI"))
-if CI:
-    matplotlib.use("Agg")  # the tests run this file as a script: no windows
-import matplotlib.pyplot as plt  # noqa: E402
 
 gpflow.config.set_default_float(np.float64)
 rng = np.random.default_rng(0)

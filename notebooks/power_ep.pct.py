@@ -35,20 +35,15 @@
 # site updates for binary classification.
 
 # %%
-import os
 
 import gpflow
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 from gpflow.ci_utils import reduce_in_tests
 
 import gpflow_tight
 from gpflow_tight.datasets import DataNotFoundError, load_classification, snelson_or_generated
 from gpflow_tight.training import fit_power_ep, fit_scipy, run_power_ep
-
-if os.environ.get("GPFLOW_CI"):
-    matplotlib.use("Agg")  # the tests run this file as a script: no windows
-import matplotlib.pyplot as plt  # noqa: E402
 
 gpflow.config.set_default_float(np.float64)
 split = snelson_or_generated()

@@ -43,10 +43,9 @@
 #   $\mathbf v_\perp$.
 
 # %%
-import os
 
 import gpflow
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 from gpflow.ci_utils import reduce_in_tests
@@ -59,10 +58,6 @@ from gpflow_tight.orthogonal import (
     orthogonal_projections,
 )
 from gpflow_tight.training import fit_adam, fit_scipy
-
-if os.environ.get("GPFLOW_CI"):
-    matplotlib.use("Agg")  # the tests run this file as a script: no windows
-import matplotlib.pyplot as plt  # noqa: E402
 
 gpflow.config.set_default_float(np.float64)
 split = snelson_or_generated()

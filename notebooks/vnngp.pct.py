@@ -44,17 +44,13 @@ import os
 import time
 
 import gpflow
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 from gpflow.ci_utils import reduce_in_tests
 from scipy.cluster.vq import kmeans2
 
 import gpflow_tight
 from gpflow_tight.training import fit_adam
-
-if os.environ.get("GPFLOW_CI"):
-    matplotlib.use("Agg")  # the tests run this file as a script: no windows
-import matplotlib.pyplot as plt  # noqa: E402
 
 gpflow.config.set_default_float(np.float64)
 

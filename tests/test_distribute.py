@@ -33,30 +33,76 @@ from tests.model_zoo import MODEL_FACTORIES
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert strategy.num_replicas_in_sync == 2
+
+
+def build(name, scope_strategy, rate):
+    with scope_strategy.scope():
+        model, data = MODEL_FACTORIES[name](np.random.default_rng(0))
+        keras_model = KerasGPModel(model)
+        keras_model.compile(optimizer=tf_keras.optimizers.SGD(rate))
+    return model, keras_model, data
+
+
+def loss_and_gradients(name, scope_strategy, rows):
+    # the sum over replicas of the weighted losses and of their gradients, on the batch ``rows``
+    model, keras_model, data = build(name, scope_strategy, 1.0)
+    batch = tuple(np.asarray(x)[rows] for x in data)
+    dataset = tf.data.Dataset.from_tensor_slices(batch).batch(len(rows))
+
+    def replica_step(replica_batch):  # what KerasGPModel.train_step applies
+        loss, weight, gradients = keras_model.weighted_gradients(replica_batch)
+        return weight * loss, [tf.convert_to_tensor(g) for g in gradients]
+
+    @tf.function
+    def run(distributed_batch):
+        results = scope_strategy.run(replica_step, args=(distributed_batch,))
+        return tf.nest.map_structure(
+            lambda x: scope_strategy.reduce(tf.distribute.ReduceOp.SUM, x, axis=None), results
+        )
+
+    loss, gradients = run(next(iter(scope_strategy.experimental_distribute_dataset(dataset))))
+    return float(loss), [tf.convert_to_tensor(g).numpy() for g in gradients]
+
+
+single_device = tf.distribute.get_strategy()
 for name in sys.argv[2:]:
+    # fit(): two epochs of SGD steps on batches of N - 1 and 1 points: an odd batch splits
+    # unevenly between the replicas, and a batch of one point leaves a replica empty
     runs = []
-    for scope in (strategy.scope(), tf.distribute.get_strategy().scope()):
-        with scope:
-            model, data = MODEL_FACTORIES[name](np.random.default_rng(0))
-            keras_model = KerasGPModel(model)
-            # plain SGD, so that a wrongly scaled gradient shows (VNNGP's loss is of order 1e5
-            # here: a smaller rate keeps its steps stable)
-            rate = 1e-8 if name == "VNNGP" else 1e-3
-            keras_model.compile(optimizer=tf_keras.optimizers.SGD(rate))
-        dataset = tf.data.Dataset.from_tensor_slices(tuple(data)).batch(20)
+    for scope_strategy in (strategy, single_device):
+        # plain SGD, so that a wrongly scaled gradient shows
+        model, keras_model, data = build(name, scope_strategy, 1e-3)
+        initial = [v.numpy() for v in model.trainable_variables]
+        dataset = tf.data.Dataset.from_tensor_slices(tuple(data)).batch(len(data[0]) - 1)
         history = keras_model.fit(dataset, epochs=2, verbose=0).history["loss"]
         runs.append((history, [v.numpy() for v in model.trainable_variables]))
     (loss_a, params_a), (loss_b, params_b) = runs
+    assert len(loss_a) == 2 and np.all(np.isfinite(loss_a)), name
     np.testing.assert_allclose(loss_a, loss_b, rtol=1e-10, err_msg=name)
+    assert len(params_a) == len(params_b) > 0, name
+    assert any(not np.array_equal(a, i) for a, i in zip(params_a, initial)), name
     for a, b in zip(params_a, params_b):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, err_msg=name)
+    # the loss and the gradient on each of those batches: as on one device
+    num_data = len(data[0])
+    for rows in (np.arange(num_data - 1), np.array([num_data - 1])):
+        loss_a, gradients_a = loss_and_gradients(name, strategy, rows)
+        loss_b, gradients_b = loss_and_gradients(name, single_device, rows)
+        np.testing.assert_allclose(loss_a, loss_b, rtol=1e-12, err_msg=name)
+        assert len(gradients_a) == len(gradients_b) > 0, name
+        scale = max(np.max(np.abs(g)) for g in gradients_b)  # round-off is relative to the largest
+        assert scale > 0, name
+        for a, b in zip(gradients_a, gradients_b):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13 * scale, err_msg=name)
     print(name, "ok")
 """
 
 
 def test_mirrored_strategy_equals_a_single_device(tmp_path):
     """fit() under MirroredStrategy on two logical CPUs takes the single-device steps (each
-    replica's loss divided by the number of replicas) for every external-data model."""
+    replica's loss weighted by its share of the batch) for every external-data model; one step
+    on a batch that splits unevenly, or leaves a replica empty, has the single-device loss and
+    gradient."""
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
     result = subprocess.run(
@@ -79,26 +125,42 @@ def free_ports(count):
 def run_recipe(output, tf_configs, cwd):
     """Start one process of the recipe per TF_CONFIG; return the chief's summary."""
     script = ROOT / "examples" / "multi_worker_training.py"
-    processes = []
-    for config in tf_configs:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env.pop("TF_CONFIG", None)
-        if config is not None:
-            env["TF_CONFIG"] = json.dumps(config)
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, str(script), "--output", str(output)],
-                cwd=cwd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+    processes, logs = [], []
+    try:
+        for index, config in enumerate(tf_configs):
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            env.pop("TF_CONFIG", None)
+            if config is not None:
+                env["TF_CONFIG"] = json.dumps(config)
+            # output to files: a full pipe would block a worker while its peer waits for it
+            logs.append(
+                (
+                    open(cwd / f"{output.name}_{index}.out", "w+"),
+                    open(cwd / f"{output.name}_{index}.err", "w+"),
+                )
             )
-        )
-    outputs = [process.communicate(timeout=300) for process in processes]
-    for process, (_, stderr) in zip(processes, outputs):
-        assert process.returncode == 0, stderr[-3000:]
-    return json.loads(outputs[0][0].strip().splitlines()[-1])
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, str(script), "--output", str(output)],
+                    cwd=cwd,
+                    env=env,
+                    stdout=logs[-1][0],
+                    stderr=logs[-1][1],
+                    text=True,
+                )
+            )
+        for process in processes:
+            process.wait(timeout=300)
+    finally:
+        for process in processes:
+            process.kill()
+    texts = []
+    for (stdout, stderr), process in zip(logs, processes):
+        stdout.seek(0), stderr.seek(0)
+        texts.append(stdout.read())
+        assert process.returncode == 0, stderr.read()[-3000:]
+        stdout.close(), stderr.close()
+    return json.loads(texts[0].strip().splitlines()[-1])
 
 
 def checkpoint_values(path):

@@ -54,6 +54,7 @@ def test_checkpoint_round_trip_resumes_training_exactly(name, tmp_path):
     tf.train.Checkpoint(model=restored, optimizer=restored_optimizer).read(path)
     for got, expected in zip(_state(restored), _state(model)):
         np.testing.assert_array_equal(got, expected)
+    assert len(_state(restored)) == len(_state(model)) > 0
     restored_loss = _loss_closure(restored, restored_data)
     np.testing.assert_allclose(restored_loss().numpy(), loss().numpy(), rtol=1e-12)
 

@@ -48,6 +48,7 @@ def test_fit_equals_a_manual_adam_loop(name):
                     optimizer.minimize(loss, model.trainable_variables)
         trained.append(model)
     # Keras compiles its step, the loop runs eagerly: they agree to round-off.
+    assert len(trained[0].trainable_variables) == len(trained[1].trainable_variables) > 0
     for got, expected in zip(trained[0].trainable_variables, trained[1].trainable_variables):
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-7, atol=1e-12)
 
@@ -75,6 +76,7 @@ def test_keras_callbacks_work(tmp_path):
 
     restored, _ = MODEL_FACTORIES["TightSVGP"](np.random.default_rng(2))
     KerasGPModel(restored).load_weights(str(tmp_path / "weights"))
+    assert len(restored.trainable_variables) == len(model.trainable_variables) > 0
     for got, expected in zip(restored.trainable_variables, model.trainable_variables):
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
 

@@ -379,7 +379,7 @@ class MinibatchBayesianGPLVM(ExplainsCholeskyFailures, GPModel, ExternalDataTrai
         return scale * (fit - latent_kl) - self.prior_kl()
 
     def maximum_log_likelihood_objective(self, data: Any) -> tf.Tensor:  # type: ignore[override]
-        """The ELBO on ``data``, whose negative is ``training_loss(data)``."""
+        """The ELBO on ``data``; ``training_loss(data)`` is −(this + log prior density)."""
         return self.elbo(data)
 
     @inherit_check_shapes

@@ -551,7 +551,7 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
 
     @inherit_check_shapes
     def maximum_log_likelihood_objective(self) -> tf.Tensor:  # type: ignore[override]
-        """``log_marginal_likelihood()``, whose negative is ``training_loss()``."""
+        """``log_marginal_likelihood()``; ``training_loss()`` is −(this + log prior density)."""
         return self.log_marginal_likelihood()
 
     @check_shapes(

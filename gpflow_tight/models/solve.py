@@ -167,7 +167,7 @@ class SOLVEGPR(ExplainsCholeskyFailures, SGPR):
 
     @inherit_check_shapes
     def logdet_term(self, common: SGPR.CommonTensors) -> tf.Tensor:
-        """SGPR's term on :math:`Z_u \\cup Z_v`, minus :math:`\\Delta` for ``bound="solve"``."""
+        """SGPR's term on :math:`Z_u \\cup Z_v`, minus :math:`P\\Delta` for ``bound="solve"``."""
         # explicit super() here and below: autograph once failed to bind the zero-argument form
         logdet = super(SOLVEGPR, self).logdet_term(common)  # noqa: UP008
         if self.bound == "thesis":

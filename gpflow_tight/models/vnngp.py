@@ -314,7 +314,7 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         return expected - kl
 
     def maximum_log_likelihood_objective(self, data: Any) -> tf.Tensor:  # type: ignore[override]
-        """The ELBO on ``data``, whose negative is ``training_loss(data)``."""
+        """The ELBO on ``data``; ``training_loss(data)`` is −(this + log prior density)."""
         return self.elbo(data)
 
     # ---------------------------------------------------------------------------------------
