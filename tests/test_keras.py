@@ -31,7 +31,7 @@ def batches(data, batch_size=16):
 
 @pytest.mark.parametrize("name", EXTERNAL)
 def test_fit_equals_a_manual_adam_loop(name):
-    """Two epochs of fit() take exactly the steps of a hand-written Adam loop."""
+    """Two epochs of fit() take the steps of a compiled hand-written Adam loop, to round-off."""
     trained = []
     for use_keras in (True, False):
         model, data = MODEL_FACTORIES[name](np.random.default_rng(1))
@@ -42,15 +42,20 @@ def test_fit_equals_a_manual_adam_loop(name):
             history = keras_model.fit(batches(data), epochs=2, verbose=0)
             assert len(history.history["loss"]) == 2
         else:
+
+            @tf.function
+            def step(batch, model=model, optimizer=optimizer):
+                loss = model.training_loss_closure(batch, compile=False)
+                optimizer.minimize(loss, model.trainable_variables)
+
             for _ in range(2):
                 for batch in batches(data):
-                    loss = model.training_loss_closure(batch, compile=False)
-                    optimizer.minimize(loss, model.trainable_variables)
+                    step(batch)
         trained.append(model)
-    # Keras compiles its step, the loop runs eagerly: they agree to round-off.
+    # both compiled: they agree to round-off
     assert len(trained[0].trainable_variables) == len(trained[1].trainable_variables) > 0
     for got, expected in zip(trained[0].trainable_variables, trained[1].trainable_variables):
-        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-11, atol=1e-13)
 
 
 def test_keras_callbacks_work(tmp_path):
