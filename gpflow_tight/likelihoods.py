@@ -50,7 +50,8 @@ class ExactProbit(Bernoulli):
         self, X: TensorType, Fmu: TensorType, Fvar: TensorType
     ) -> MeanAndVariance:
         z = Fmu / tf.sqrt(1 + Fvar)
-        return exact_probit(z), exact_probit(z) * exact_probit(-z)  # p(1 - p) without cancelling
+        p = exact_probit(z)
+        return p, p * exact_probit(-z)  # p(1 - p) without cancelling
 
     @inherit_check_shapes
     def _predict_log_density(
