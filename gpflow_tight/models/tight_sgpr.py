@@ -1,29 +1,185 @@
-"""T-SGPR: the collapsed tighter bound of Bui, Ashman & Turner (2025), as a drop-in for SGPR."""
+"""
+Collapsed sparse GP regression with a relaxation of the conditional :math:`q(f \\mid u)`
+(:class:`RelaxedSGPR`), and its tighter-bound preset T-SGPR (:class:`TightSGPR`) of Bui,
+Ashman & Turner (2025), both drop-ins for ``gpflow.models.SGPR``.
+"""
 
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance, RegressionData
 from gpflow.config import default_jitter
-from gpflow.covariances import Kuf, Kuu
 from gpflow.models import SGPR
+from gpflow.posteriors import PrecomputeCacheType, SGPRPosterior
 from gpflow.utilities import add_noise_cov, to_default_float
 
-from ..tighter import log_residual_term, relaxation_from_beta
-from ..validation import (
-    KUU,
-    check_cholesky_factor,
-    check_regression_data,
-    checked_cholesky,
-    explain_cholesky_failure,
-)
-from .base import ExplainsCholeskyFailures
+from ..projection import CollapsedTerms, Projection, collapsed_common_terms, project
+from ..relaxation import Relaxation, as_relaxation
+from ..validation import check_regression_data, checked_cholesky, explain_cholesky_failure
+from .base import ConstructorOnly, ExplainsCholeskyFailures
 
-__all__ = ["TightSGPR"]
+__all__ = ["RelaxedSGPR", "TightSGPR"]
+
+RESIDUAL = "D_ff = K_ff - Q_ff (the residual covariance of the training inputs)"
 
 
-class TightSGPR(ExplainsCholeskyFailures, SGPR):
+class RelaxedSGPR(ExplainsCholeskyFailures, ConstructorOnly, SGPR):
+    """
+    SGPR (:cite:t:`titsias2009variational`) whose conditional :math:`q(\\mathbf f \\mid
+    \\mathbf u)` has variances :math:`m_n d_n` (:cite:t:`bui2025tighter`, §3). The optimal
+    :math:`q(\\mathbf u)` does not depend on :math:`m_n`, so the collapsed bound is SGPR's with
+    Titsias's trace term :math:`-\\tfrac{P}{2}\\sum_n d_n/\\sigma_n^2` replaced by the
+    relaxation's residual term
+
+    .. math::
+        -\\tfrac P2 \\sum_n \\frac{m_n d_n}{\\sigma_n^2} + \\tfrac P2 \\sum_n [1 + \\log m_n - m_n],
+
+    and ``compute_qu``, ``posterior()`` and the predictions are SGPR's.
+
+    :param relaxation: ``"none"`` (:math:`m_n = 1`: exactly ``gpflow.models.SGPR``),
+        ``"optimal"`` (:math:`m_n = \\sigma_n^2/(d_n + \\sigma_n^2)`, the T-SGPR bound, eq. 9),
+        ``"beta"`` or ``"free"``, or a :class:`~gpflow_tight.relaxation.Relaxation`.
+    :param exact_predictive_variance: make :meth:`predict_f` (and so ``predict_y`` and
+        ``predict_log_density``) add the two :math:`O(N^3)` terms of eq. 12 that the default
+        prediction drops (see :meth:`exact_variance_correction`); for small N only. Fixed at
+        construction; :meth:`posterior` refuses it (its cache has no :math:`N \\times N` terms).
+
+    The other arguments are SGPR's (a heteroscedastic Gaussian likelihood with ``variance_at``
+    works). Subclasses change the inducing set through :meth:`projection`.
+    """
+
+    _constructor_only = ("relaxation", "exact_predictive_variance")
+    _default_relaxation = "none"
+    _relaxations = ("none", "optimal", "beta", "free")
+
+    def __init__(
+        self,
+        data: RegressionData,
+        *args: Any,
+        relaxation: str | Relaxation | None = None,
+        exact_predictive_variance: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        X, _ = check_regression_data(data)
+        super().__init__(data, *args, **kwargs)
+        self.relaxation = as_relaxation(
+            self._default_relaxation if relaxation is None else relaxation,
+            allowed=self._relaxations,
+            model=type(self).__name__,
+            num_data=X.shape[0],
+        )
+        self.exact_predictive_variance = bool(exact_predictive_variance)
+
+    def projection(self, X: InputData | None = None) -> Projection:
+        """:math:`(L, A, \\mathbf d)` of the inputs ``X`` (default: the training inputs)."""
+        return project(self.inducing_variable, self.kernel, self.data[0] if X is None else X)
+
+    def common_terms(self) -> CollapsedTerms:
+        """SGPR's common tensors of the bound, and the residual variances :math:`d_n`."""
+        X, _ = self.data
+        sigma_sq = tf.squeeze(self.likelihood.variance_at(X), axis=-1)
+        return collapsed_common_terms(self.projection(), sigma_sq)
+
+    @inherit_check_shapes
+    def logdet_term(self, common: CollapsedTerms) -> tf.Tensor:  # type: ignore[override]
+        """
+        :math:`-\\tfrac P2 \\big[\\log|B| + \\sum_n \\log\\sigma_n^2\\big]` plus :math:`P` times
+        the relaxation's residual term (SGPR's trace term for ``"none"``).
+        """
+        output_dim = to_default_float(tf.shape(self.data[1])[1])
+        half_logdet_b = tf.reduce_sum(tf.math.log(tf.linalg.diag_part(common.LB)))
+        half_log_sigma_sq = 0.5 * tf.reduce_sum(tf.math.log(common.sigma_sq))
+        residual_term = self.relaxation.gaussian_residual_term(
+            common.residual[:, None], common.sigma_sq[:, None]
+        )
+        return output_dim * (residual_term - half_logdet_b - half_log_sigma_sq)
+
+    @inherit_check_shapes
+    def elbo(self) -> tf.Tensor:
+        """The collapsed bound with the relaxation's residual term."""
+        with explain_cholesky_failure():
+            common = self.common_terms()
+            num_data, output_dim = (to_default_float(n) for n in tf.unstack(tf.shape(self.data[1])))
+            const = -0.5 * num_data * output_dim * np.log(2 * np.pi)
+            return const + self.logdet_term(common) + self.quad_term(common)  # type: ignore[arg-type]
+
+    def posterior(
+        self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
+    ) -> SGPRPosterior:
+        """SGPR's posterior (refused with ``exact_predictive_variance``, which it cannot hold)."""
+        if self.exact_predictive_variance:
+            raise ValueError(
+                "posterior() caches SGPR's prediction, without the N x N terms of "
+                "`exact_predictive_variance=True`: use `predict_f`, or `default_posterior()` for "
+                "the cached prediction without them."
+            )
+        return self.default_posterior(precompute_cache)
+
+    def default_posterior(
+        self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
+    ) -> Any:
+        """The posterior of the default prediction (eq. 12 without its :math:`O(N^3)` terms)."""
+        return SGPR.posterior(self, precompute_cache)
+
+    @inherit_check_shapes
+    def predict_f(
+        self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
+    ) -> MeanAndVariance:
+        """SGPR's prediction, or with ``exact_predictive_variance`` the variance of eq. 12."""
+        with explain_cholesky_failure():
+            mean, var = self._predict_f_without_correction(Xnew, full_cov, full_output_cov)
+            if not self.exact_predictive_variance:
+                return mean, var
+            correction = self.exact_variance_correction(Xnew, full_cov=full_cov)
+        if full_cov:
+            return mean, var + correction[None, :, :]
+        return mean, var + correction[:, None]
+
+    def _predict_f_without_correction(
+        self, Xnew: InputData, full_cov: bool, full_output_cov: bool
+    ) -> MeanAndVariance:
+        return self.default_posterior(PrecomputeCacheType.NOCACHE).fused_predict_f(
+            Xnew, full_cov=full_cov, full_output_cov=full_output_cov
+        )
+
+    @check_shapes(
+        "Xnew: [N_new, D]",
+        "return: [N_new, N_new] if full_cov",
+        "return: [N_new] if not full_cov",
+    )
+    def exact_variance_correction(self, Xnew: InputData, full_cov: bool = False) -> tf.Tensor:
+        """
+        The two terms of eq. 12 that the default prediction drops,
+        :math:`\\mathbf c_{*f} D_{ff}^{-1} S_f D_{ff}^{-1} \\mathbf c_{f*}
+        - \\mathbf c_{*f} D_{ff}^{-1} \\mathbf c_{f*}`, with :math:`\\mathbf c_{*f}` the residual
+        covariance of the prior conditional given the inducing variables,
+        :math:`D_{ff} = C_{ff}` and :math:`S_f = M^{1/2} D_{ff} M^{1/2}`,
+        :math:`M = \\mathrm{diag}(m_n)` from the relaxation. At a training input it is
+        :math:`-(1 - m_n) d_n`. :math:`O(N^3)` time, :math:`O(N^2)` memory.
+
+        :math:`D_{ff}` is often numerically singular, so the default jitter is added before
+        factorising it; the error this causes grows with the jitter and the conditioning of
+        :math:`D_{ff}` (about 2e-4 absolute at training inputs on Snelson's data with jitter
+        1e-6).
+        """
+        X, _ = self.data
+        jitter = default_jitter()
+        train, test = self.projection(X), self.projection(Xnew)
+        D_ff = self.kernel(X) - tf.linalg.matmul(train.A, train.A, transpose_a=True)
+        C_new_f = self.kernel(Xnew, X) - tf.linalg.matmul(test.A, train.A, transpose_a=True)
+        noise = self.likelihood.variance_at(X)
+        sqrt_m = tf.sqrt(self.relaxation.weights(train.residual[:, None], noise)[:, 0])
+        L_D = checked_cholesky(add_noise_cov(D_ff, tf.cast(jitter, D_ff.dtype)), RESIDUAL)
+        W = tf.linalg.cholesky_solve(L_D, tf.linalg.adjoint(C_new_f))  # D_ff⁻¹ c_f*, [N, N_new]
+        S_f_W = tf.linalg.matmul(sqrt_m[:, None] * D_ff * sqrt_m[None, :], W)
+        if full_cov:
+            return tf.linalg.matmul(W, S_f_W, transpose_a=True) - tf.linalg.matmul(C_new_f, W)
+        return tf.reduce_sum(W * S_f_W, axis=0) - tf.reduce_sum(tf.linalg.adjoint(C_new_f) * W, 0)
+
+
+class TightSGPR(RelaxedSGPR):
     """
     Sparse GP regression with the collapsed tighter bound (T-SGPR) of
     :cite:t:`bui2025tighter` (eq. 9):
@@ -35,109 +191,10 @@ class TightSGPR(ExplainsCholeskyFailures, SGPR):
 
     Titsias's SGPR bound has :math:`\\tfrac12 \\sum_n d_n / \\sigma_n^2` in place of the sum of
     logarithms; since :math:`\\log(1 + x) \\le x` the bound is never looser, at the same
-    :math:`O(NM^2)` cost. A heteroscedastic Gaussian likelihood (``variance_at``) is supported.
-
-    The optimal :math:`q(\\mathbf u)` is Titsias's, so ``compute_qu``, ``posterior()`` and the
-    predictions are SGPR's: the paper's default prediction drops the two :math:`O(N^3)` terms of
-    its eq. 12 (its Table 1 finds no loss). With ``exact_predictive_variance=True`` (a
-    constructor argument, also settable as an attribute) :meth:`predict_f`, and so ``predict_y``
-    and ``predict_log_density``, use the exact variance of eq. 12, with the symmetric
-    :math:`S_f = M^{1/2} D_{ff} M^{1/2}`: it builds and factorises the :math:`N \\times N` matrix
-    :math:`D_{ff}` and is meant for small N only. ``posterior()``
-    always uses the cheap form. :math:`D_{ff}` is often numerically singular, so the default jitter
-    is added before factorising it; the error this causes grows with the jitter and the
-    conditioning of :math:`D_{ff}` (about 2e-4 absolute at training inputs on Snelson's data with
-    jitter 1e-6; the tests check the identity at jitter 1e-9).
-
-    The constructor is SGPR's, plus ``exact_predictive_variance``.
+    :math:`O(NM^2)` cost. This is :class:`RelaxedSGPR` with ``relaxation="optimal"``: the
+    constructor is SGPR's, plus ``exact_predictive_variance`` (eq. 12 with the symmetric
+    :math:`S_f = M^{1/2} D_{ff} M^{1/2}`; the paper's default prediction, SGPR's, drops its two
+    :math:`O(N^3)` terms and its Table 1 finds no loss) and ``relaxation``.
     """
 
-    def __init__(
-        self,
-        data: RegressionData,
-        *args: Any,
-        exact_predictive_variance: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        check_regression_data(data)
-        super().__init__(data, *args, **kwargs)
-        self.exact_predictive_variance = bool(exact_predictive_variance)
-
-    def _common_calculation(self) -> SGPR.CommonTensors:
-        common = super()._common_calculation()
-        return common._replace(
-            L=check_cholesky_factor(common.L, KUU),
-            LB=check_cholesky_factor(common.LB, "B = I + A Aᵀ (the SGPR inner matrix)"),
-        )
-
-    @inherit_check_shapes
-    def logdet_term(self, common: SGPR.CommonTensors) -> tf.Tensor:
-        """
-        :math:`-\\tfrac P2 \\big[\\log|B| + \\sum_n \\log\\sigma_n^2
-        + \\sum_n \\log(1 + d_n/\\sigma_n^2)\\big]`, where SGPR has the trace term
-        :math:`\\sum_n d_n / \\sigma_n^2` last.
-        """
-        x, y = self.data
-        output_dim = to_default_float(tf.shape(y)[1])
-        # A = L⁻¹ K_uf / σ, so the column sums of A² are q_nn / σ_n².
-        scaled_residual = self.kernel(x, full_cov=False) / common.sigma_sq - tf.reduce_sum(
-            tf.square(common.A), axis=0
-        )
-        half_logdet_b = tf.reduce_sum(tf.math.log(tf.linalg.diag_part(common.LB)))
-        half_log_sigma_sq = 0.5 * tf.reduce_sum(tf.math.log(common.sigma_sq))
-        return output_dim * (log_residual_term(scaled_residual) - half_logdet_b - half_log_sigma_sq)
-
-    @inherit_check_shapes
-    def elbo(self) -> tf.Tensor:
-        """The T-SGPR bound :math:`\\mathcal F_4` (eq. 9)."""
-        with explain_cholesky_failure():
-            return super().elbo()
-
-    @inherit_check_shapes
-    def predict_f(
-        self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
-    ) -> MeanAndVariance:
-        """SGPR's prediction, or with ``exact_predictive_variance`` the variance of eq. 12."""
-        with explain_cholesky_failure():
-            mean, var = super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
-            if not self.exact_predictive_variance:
-                return mean, var
-            correction = self.exact_variance_correction(Xnew, full_cov=full_cov)
-        if full_cov:
-            return mean, var + correction[None, :, :]
-        return mean, var + correction[:, None]
-
-    @check_shapes(
-        "Xnew: [N_new, D]",
-        "return: [N_new, N_new] if full_cov",
-        "return: [N_new] if not full_cov",
-    )
-    def exact_variance_correction(self, Xnew: InputData, full_cov: bool = False) -> tf.Tensor:
-        """
-        The two terms of eq. 12 that the default prediction drops,
-        :math:`\\mathbf c_{*f} D_{ff}^{-1} S_f D_{ff}^{-1} \\mathbf c_{f*}
-        - \\mathbf c_{*f} D_{ff}^{-1} \\mathbf c_{f*}` with
-        :math:`\\mathbf c_{*f} = \\mathbf k_{*f} - \\mathbf k_{*u} K_{uu}^{-1} K_{uf}`,
-        :math:`S_f = M^{1/2} D_{ff} M^{1/2}` and the collapsed optimum
-        :math:`m_n = \\sigma_n^2 / (d_n + \\sigma_n^2)`. At a training input it is
-        :math:`-(1 - m_n) d_n`. Costs :math:`O(N^3)` time and :math:`O(N^2)` memory.
-        """
-        X, _ = self.data
-        jitter = default_jitter()
-        L = checked_cholesky(Kuu(self.inducing_variable, self.kernel, jitter=jitter), KUU)
-        A_f = tf.linalg.triangular_solve(L, Kuf(self.inducing_variable, self.kernel, X))
-        A_new = tf.linalg.triangular_solve(L, Kuf(self.inducing_variable, self.kernel, Xnew))
-        D_ff = self.kernel(X) - tf.linalg.matmul(A_f, A_f, transpose_a=True)
-        C_new_f = self.kernel(Xnew, X) - tf.linalg.matmul(A_new, A_f, transpose_a=True)
-
-        residual = tf.linalg.diag_part(D_ff)
-        sigma_sq = tf.squeeze(self.likelihood.variance_at(X), axis=-1)
-        sqrt_m = tf.sqrt(relaxation_from_beta(residual, sigma_sq))
-        L_D = checked_cholesky(
-            add_noise_cov(D_ff, tf.cast(jitter, D_ff.dtype)), "D_ff = K_ff - Q_ff (the residual)"
-        )
-        W = tf.linalg.cholesky_solve(L_D, tf.linalg.adjoint(C_new_f))  # D_ff⁻¹ c_f*, [N, N_new]
-        S_f_W = tf.linalg.matmul(sqrt_m[:, None] * D_ff * sqrt_m[None, :], W)
-        if full_cov:
-            return tf.linalg.matmul(W, S_f_W, transpose_a=True) - tf.linalg.matmul(C_new_f, W)
-        return tf.reduce_sum(W * S_f_W, axis=0) - tf.reduce_sum(tf.linalg.adjoint(C_new_f) * W, 0)
+    _default_relaxation = "optimal"

@@ -1,14 +1,16 @@
-"""T-SVGP: the uncollapsed tighter bound of Bui, Ashman & Turner (2025), as a drop-in for SVGP."""
+"""
+Uncollapsed sparse variational GPs with a relaxation of the conditional :math:`q(f \\mid u)`
+(:class:`RelaxedSVGP`), and its tighter-bound preset T-SVGP (:class:`TightSVGP`) of Bui,
+Ashman & Turner (2025), both drop-ins for ``gpflow.models.SVGP``.
+"""
 
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
 from gpflow.conditionals import conditional
 from gpflow.conditionals.util import mix_latent_gp
-from gpflow.config import default_float
 from gpflow.likelihoods import Gaussian
 from gpflow.models import SVGP
 from gpflow.posteriors import (
@@ -16,86 +18,84 @@ from gpflow.posteriors import (
     LinearCoregionalizationPosterior,
     get_posterior_class,
 )
-from gpflow.utilities import positive
 
-from ..conditionals import independent_marginals_with_residual
-from ..tighter import conditional_relaxation_term, relaxation_from_beta
-from ..validation import check_batch, check_positive, explain_cholesky_failure
-from .base import ExplainsCholeskyFailures
+from ..projection import marginals_with_residual, project
+from ..relaxation import Relaxation, as_relaxation, conditional_relaxation_term
+from ..validation import check_batch, explain_cholesky_failure
+from .base import ConstructorOnly, ExplainsCholeskyFailures
 
-__all__ = ["TightSVGP"]
-
-Relaxation = Literal["beta", "free"]
+__all__ = ["RelaxedSVGP", "TightSVGP"]
 
 
-class TightSVGP(ExplainsCholeskyFailures, SVGP):
+class RelaxedSVGP(ExplainsCholeskyFailures, ConstructorOnly, SVGP):
     """
-    Sparse variational GP with the uncollapsed tighter bound (T-SVGP) of
-    :cite:t:`bui2025tighter` (eq. 8 and 10):
+    SVGP (:cite:t:`hensman2013gaussian`) whose conditional :math:`q(\\mathbf f \\mid
+    \\mathbf u)` has variances :math:`m_n d_n` (:cite:t:`bui2025tighter`, eq. 8 and 10):
 
     .. math::
         \\mathcal F_2 = \\sum_n \\mathbb E_{\\mathcal N(f_n; \\mu_n, v_n)} \\log p(y_n \\mid f_n)
             + \\tfrac12 \\sum_n [1 + \\log m_n - m_n] - \\mathrm{KL}[q(u) \\| p(u)],
-        \\qquad v_n = v_n^{\\text{SVGP}} - (1 - m_n) d_n,
+        \\qquad v_n = s_n + m_n d_n,
 
-    with :math:`d_n` the residual variance of the prior conditional at :math:`x_n`. With
-    minibatches both sums over :math:`n` are scaled by ``num_data / batch_size``. Everything else
-    is SVGP's: any likelihood (through ``variational_expectations``), ``whiten``, ``q_diag``,
-    every multi-output setting of GPflow, ``posterior()`` and the predictions (which drop the
-    expensive terms of eq. 12, as the paper does).
+    with :math:`s_n` the variance carried by :math:`q(\\mathbf u)` and :math:`d_n` the residual
+    variance of the prior conditional at :math:`x_n`. With minibatches both sums over :math:`n`
+    are scaled by ``num_data / batch_size``. Everything else is SVGP's: any likelihood, ``whiten``,
+    ``q_diag``, every multi-output setting of GPflow, ``posterior()`` and the predictions (the
+    relaxation acts on training data only, as in the paper).
 
-    :param relaxation: how :math:`m_n` is parameterised.
+    :param relaxation: how :math:`m_n` is obtained: ``"none"`` (:math:`m_n = 1`, exactly SVGP),
+        ``"beta"`` (:math:`m_n = \\beta/(d_n + \\beta)` with one positive ``beta`` per latent GP;
+        for GPflow's fully-correlated and fallback multi-output posteriors it acts on the output
+        process, with one shared ``beta``), ``"free"`` (a positive :math:`m_n` per training
+        point and latent GP, initialised at 1; needs ``num_data`` and the whole training set,
+        in a fixed order, in every bound evaluation), ``"optimal"`` (Gaussian likelihoods only:
+        :math:`m_n = \\sigma_n^2/(d_n + \\sigma_n^2)`), or a
+        :class:`~gpflow_tight.relaxation.Relaxation`. Fixed at construction.
+    :param beta: initial value of ``beta`` for ``relaxation="beta"`` (scalar or one per latent
+        GP); defaults to the likelihood variance for a Gaussian likelihood with constant
+        variance (the optimum), otherwise 1.
 
-        * ``"beta"`` (default): :math:`m_n = \\beta / (d_n + \\beta)` with one positive ``beta``
-          per latent GP (the paper's choice; :math:`\\beta = \\sigma^2` is optimal for a
-          Gaussian likelihood). For GPflow's fully-correlated and fallback multi-output
-          posteriors the relaxation acts on the output process, with a single shared ``beta``.
-        * ``"free"``: a positive :math:`m_n` per training point and latent GP (N extra
-          parameters, initialised at 1, where the bound equals SVGP's). The data passed to
-          :meth:`elbo` must then be the whole training set, in a fixed order.
-
-    :param beta: initial value of ``beta`` (scalar or one per latent GP). Defaults to the
-        likelihood variance for a Gaussian likelihood with constant variance, otherwise 1.
-
-    All other arguments are SVGP's. For ``relaxation="free"``, ``num_data`` is required.
+    All other arguments are SVGP's. Subclasses change the marginals through
+    :meth:`latent_marginals_with_residual`.
     """
+
+    _constructor_only = ("relaxation",)
+    _default_relaxation = "none"
+    _relaxations = ("none", "beta", "free", "optimal")
 
     def __init__(
         self,
         *args: Any,
-        relaxation: Relaxation = "beta",
+        relaxation: str | Relaxation | None = None,
         beta: Any = None,
         **kwargs: Any,
     ) -> None:
-        if relaxation not in ("beta", "free"):
-            raise ValueError(f"`relaxation` must be 'beta' or 'free', got {relaxation!r}.")
         super().__init__(*args, **kwargs)
-        self.relaxation = relaxation
-        posterior_class = get_posterior_class(self.kernel, self.inducing_variable)
-        self._independent_latents = issubclass(posterior_class, IndependentPosterior)
-        self._mixes_latents = issubclass(posterior_class, LinearCoregionalizationPosterior)
-        num_relaxations = self.num_latent_gps if self._independent_latents else 1
+        self._independent_latents, self._mixes_latents = self._latent_structure()
+        relaxation = self._default_relaxation if relaxation is None else relaxation
+        if relaxation == "beta" and beta is None:
+            beta = self._default_beta()
+        if relaxation == "optimal" and not isinstance(self.likelihood, Gaussian):
+            raise ValueError(
+                f"relaxation='optimal' is the optimum for a Gaussian likelihood, got "
+                f"{type(self.likelihood).__name__}: use relaxation='beta'."
+            )
+        self.relaxation = as_relaxation(
+            relaxation,
+            allowed=self._relaxations,
+            model=type(self).__name__,
+            num_latent=self.num_latent_gps if self._independent_latents else 1,
+            num_data=None if self.num_data is None else int(self.num_data),
+            beta=beta,
+        )
 
-        if relaxation == "beta":
-            if beta is None:
-                beta = self._default_beta()
-            beta = check_positive(beta, "beta")
-            if beta.ndim > 1 or beta.size not in (1, num_relaxations):
-                raise ValueError(
-                    f"`beta` must be a scalar or have one value per latent GP ({num_relaxations})"
-                    f", got shape {beta.shape}."
-                )
-            values: np.ndarray = np.broadcast_to(beta, (num_relaxations,)).astype(default_float())
-            self.beta = Parameter(values, transform=positive(), name="beta")
-        else:
-            if beta is not None:
-                raise ValueError("`beta` is only used with relaxation='beta'; leave it unset.")
-            if self.num_data is None:
-                raise ValueError(
-                    "relaxation='free' has one m_n per training point: pass `num_data`."
-                )
-            ones: np.ndarray = np.ones((int(self.num_data), num_relaxations), dtype=default_float())
-            self.m = Parameter(ones, transform=positive(), name="m")
+    def _latent_structure(self) -> tuple[bool, bool]:
+        """Whether the latent GPs are independent, and whether they are mixed (by ``W``)."""
+        posterior_class = get_posterior_class(self.kernel, self.inducing_variable)
+        return (
+            issubclass(posterior_class, IndependentPosterior),
+            issubclass(posterior_class, LinearCoregionalizationPosterior),
+        )
 
     def _default_beta(self) -> Any:
         variance = getattr(self.likelihood, "variance", None)
@@ -103,15 +103,32 @@ class TightSVGP(ExplainsCholeskyFailures, SVGP):
             return variance.numpy()
         return 1.0
 
+    @property
+    def beta(self) -> Parameter:
+        """The relaxation's ``beta`` (``relaxation="beta"`` only)."""
+        return self.relaxation.beta
+
+    @property
+    def m(self) -> Parameter:
+        """The relaxation's per-point :math:`m_n` (``relaxation="free"`` only)."""
+        return self.relaxation.m
+
     @check_shapes(
-        "residual: [N, R]",
-        "return: [N, R]",
+        "X: [N, D]",
+        "return[0]: [N, L]",
+        "return[1]: [N, L]",
+        "return[2]: [N, L]",
     )
-    def relaxation_weights(self, residual: tf.Tensor) -> tf.Tensor:
-        """:math:`m_n` for residual variances :math:`d_n` of the training points in a batch."""
-        if self.relaxation == "beta":
-            return relaxation_from_beta(residual, self.beta)
-        return tf.broadcast_to(self.m, tf.shape(residual))
+    def latent_marginals_with_residual(
+        self, X: InputData
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """
+        For each independent latent GP at inputs X (before any mixing and without the mean
+        function): the mean of :math:`q(f_n)`, the variance :math:`s_n` carried by
+        :math:`q(\\mathbf u)` and the residual :math:`d_n`.
+        """
+        projection = project(self.inducing_variable, self.kernel, X)
+        return marginals_with_residual(projection, self.q_mu, self.q_sqrt, self.whiten)
 
     @check_shapes(
         "X: [N, D]",
@@ -121,16 +138,15 @@ class TightSVGP(ExplainsCholeskyFailures, SVGP):
     )
     def training_marginals(self, X: InputData) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """
-        Mean and tighter variance :math:`v_n` of :math:`q(f_n)` at training inputs, and the
-        :math:`m_n` used. Costs what SVGP's ``predict_f`` costs for the independent and
-        linear-coregionalisation posteriors; the fully-correlated and fallback multi-output
+        Mean and relaxed variance :math:`v_n` of :math:`q(f_n)` at training inputs, and the
+        :math:`m_n` used. Costs what SVGP's ``predict_f`` costs for independent latent GPs (and
+        their linear coregionalisation); the fully-correlated and fallback multi-output
         posteriors add one prior conditional to get :math:`d_n`.
         """
+        noise = self._noise_variance(X)
         if self._independent_latents:
-            mean, q_variance, residual = independent_marginals_with_residual(
-                self.kernel, self.inducing_variable, self.q_mu, self.q_sqrt, self.whiten, X
-            )
-            m = self.relaxation_weights(residual)
+            mean, q_variance, residual = self.latent_marginals_with_residual(X)
+            m = self.relaxation.weights(residual, noise)
             variance = m * residual + q_variance
             if self._mixes_latents:
                 mean, variance = mix_latent_gp(
@@ -138,7 +154,7 @@ class TightSVGP(ExplainsCholeskyFailures, SVGP):
                 )
             return mean + self.mean_function(X), variance, m
 
-        mean, variance = self.predict_f(X, full_cov=False, full_output_cov=False)
+        mean, variance = SVGP.predict_f(self, X, full_cov=False, full_output_cov=False)
         _, residual = conditional(
             X,
             self.inducing_variable,
@@ -148,20 +164,20 @@ class TightSVGP(ExplainsCholeskyFailures, SVGP):
             full_output_cov=False,
             white=self.whiten,
         )
-        m = self.relaxation_weights(residual)
+        residual = tf.maximum(residual, 0.0)  # the round-off policy of projection.residual_variance
+        m = self.relaxation.weights(residual, noise)
         return mean, variance - (1.0 - m) * residual, m
+
+    def _noise_variance(self, X: InputData) -> tf.Tensor | None:
+        if not self.relaxation.needs_noise_variance:
+            return None
+        return self.likelihood.variance_at(X)
 
     @inherit_check_shapes
     def elbo(self, data: RegressionData) -> tf.Tensor:
-        """The T-SVGP bound (eq. 8), or its unbiased minibatch estimate (eq. 10)."""
+        """The relaxed bound (eq. 8), or its unbiased minibatch estimate (eq. 10)."""
         X, Y = data
         check_batch(X, Y)
-        if self.relaxation == "free":
-            tf.debugging.assert_equal(
-                tf.shape(X)[0],
-                tf.cast(self.num_data, tf.int32),
-                message="relaxation='free' needs the whole training set in each ELBO call",
-            )
         with explain_cholesky_failure():
             kl = self.prior_kl()
             f_mean, f_var, m = self.training_marginals(X)
@@ -179,3 +195,15 @@ class TightSVGP(ExplainsCholeskyFailures, SVGP):
         """SVGP's prediction from :math:`q(\\mathbf u)`: the relaxation acts on training data."""
         with explain_cholesky_failure():
             return super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
+
+
+class TightSVGP(RelaxedSVGP):
+    """
+    Sparse variational GP with the uncollapsed tighter bound (T-SVGP) of
+    :cite:t:`bui2025tighter` (eq. 8 and 10): :class:`RelaxedSVGP` with ``relaxation="beta"``
+    by default, :math:`m_n = \\beta/(d_n + \\beta)` with one positive ``beta`` per latent GP (the
+    paper's choice; :math:`\\beta = \\sigma^2` is optimal for a Gaussian likelihood). The
+    constructor is SVGP's, plus ``relaxation`` and ``beta``.
+    """
+
+    _default_relaxation = "beta"

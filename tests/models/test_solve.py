@@ -289,12 +289,12 @@ def test_mean_function_and_heteroscedastic_shapes(rng):
 
 @pytest.mark.parametrize("num_outputs", [1, 2])
 def test_uncollapsed_at_the_optimal_q_equals_collapsed(rng, num_outputs):
-    """S17 and S16: compute_qu exported into SOLVEGP (whitened or not) gives L_SOLVE and the
+    """S17 and S16: compute_qu and compute_qv exported into SOLVEGP (whitened or not) gives L_SOLVE and the
     same predictions; S10: T-SOLVEGP with beta = sigma^2 gives the collapsed T-bound."""
     X, Y, Z_u, Z_v = problem(rng, num_outputs=num_outputs)
     b = solve_blocks(X, Z_u, Z_v, VARIANCE, LENGTHSCALE)
     model = collapsed(SOLVEGPR, X, Y, Z_u, Z_v)
-    q = model.compute_qu()
+    q = (*model.compute_qu(), *model.compute_qv())
     for got, expected in zip(q, optimal_q(Y, b, NOISE)):
         np.testing.assert_allclose(got, expected, atol=1e-8)
     Xnew = np.linspace(-1, 7, 11)[:, None]
@@ -335,7 +335,9 @@ def test_gradient_vanishes_at_the_optimal_q(rng):
     """S7: T 5.26 is a stationary point of the uncollapsed ELBO (whitened parameters)."""
     X, Y, Z_u, Z_v = problem(rng)
     model = collapsed(SOLVEGPR, X, Y, Z_u, Z_v)
-    uncollapsed = whitened_copy(uncollapsed_at(SOLVEGP, model.compute_qu(), Z_u, Z_v), Z_u, Z_v)
+    uncollapsed = whitened_copy(
+        uncollapsed_at(SOLVEGP, (*model.compute_qu(), *model.compute_qv()), Z_u, Z_v), Z_u, Z_v
+    )
     variables = [
         uncollapsed.q_mu.unconstrained_variable,
         uncollapsed.q_mu_orthogonal.unconstrained_variable,
@@ -351,7 +353,8 @@ def test_gradient_vanishes_at_the_optimal_q(rng):
 def test_beta_equal_to_the_noise_is_optimal_and_large_beta_is_solvegp(rng):
     """S10: with q fixed, beta = sigma^2 maximises T-SOLVEGP; beta -> inf gives SOLVEGP."""
     X, Y, Z_u, Z_v = problem(rng)
-    q = collapsed(SOLVEGPR, X, Y, Z_u, Z_v).compute_qu()
+    model = collapsed(SOLVEGPR, X, Y, Z_u, Z_v)
+    q = (*model.compute_qu(), *model.compute_qv())
     values = {
         beta: uncollapsed_at(TightSOLVEGP, q, Z_u, Z_v, beta=beta).elbo((X, Y)).numpy()
         for beta in (NOISE / 3, NOISE, 3 * NOISE, 1e12)

@@ -337,7 +337,7 @@ def test_fit_helpers_train_collapsed_and_uncollapsed(rng):
     )
     assert len(history) == 60 and np.mean(history[-10:]) < np.mean(history[:10])
     full = gpflow_tight.training.fit_scipy(svgp, (X, Y), maxiter=20, progress=False)
-    np.testing.assert_allclose(full[-1], -svgp.elbo((X, Y)).numpy(), rtol=1e-8)
+    np.testing.assert_allclose(full.history[-1], -svgp.elbo((X, Y)).numpy(), rtol=1e-8)
     sgpr = TightSGPR((X, Y), kernel(), Z, noise_variance=0.5)
     history = gpflow_tight.training.fit_adam(sgpr, iterations=30, progress=False)
     assert history[-1] < history[0]
@@ -382,7 +382,7 @@ def test_checkpoint_round_trip(rng, tmp_path):
         (dict(beta=-1.0), "strictly positive"),
         (dict(beta=np.nan), "strictly positive"),
         (dict(beta=[0.1, 0.2]), "one value per latent GP"),
-        (dict(relaxation="bogus"), "'beta' or 'free'"),
+        (dict(relaxation="bogus"), "must be one of 'none', 'beta', 'free'"),
         (dict(relaxation="free"), "pass `num_data`"),
         (dict(relaxation="free", num_data=5, beta=0.1), "only used with relaxation='beta'"),
     ],
