@@ -11,6 +11,9 @@ from . import (
     likelihoods,
     neighbors,
     orthogonal,
+    posteriors,
+    projection,
+    relaxation,
     serving,
     tighter,
     tilted,
@@ -29,6 +32,8 @@ from .models import (
     VNNGP,
     MinibatchBayesianGPLVM,
     PowerEPSGP,
+    RelaxedSGPR,
+    RelaxedSVGP,
     TightBayesianGPLVM,
     TightSGPR,
     TightSOLVEGP,
@@ -42,6 +47,8 @@ from .validation import CholeskyError
 __version__ = "0.1.0"
 
 __all__ = [
+    "RelaxedSGPR",
+    "RelaxedSVGP",
     "TightSGPR",
     "TightSVGP",
     "PowerEPSGP",
@@ -67,6 +74,9 @@ __all__ = [
     "keras",
     "likelihoods",
     "orthogonal",
+    "posteriors",
+    "projection",
+    "relaxation",
     "serving",
     "datasets",
     "neighbors",

@@ -9,26 +9,30 @@ Split the GP as :math:`f = f_\\parallel + f_\\perp` with
 inducing variables are :math:`\\mathbf v_\\perp = f_\\perp(Z_v)` (or any inter-domain feature of
 :math:`f_\\perp`): their covariance is :math:`C_{vv} = K_{vv} - K_{vu} K_{uu}^{-1} K_{uv}` and
 their covariance with :math:`f(x)` is :math:`C_{vx} = K_{vx} - K_{vu} K_{uu}^{-1} K_{ux}`
-(spec ``solve.md`` §1.2). :class:`OrthogonalInducingVariables` registers exactly these as
-GPflow's ``Kuu`` and ``Kuf``, so it is an ordinary inducing variable of :math:`f` for GPflow.
+(Fernlund 2022, eqs. 5.4-5.5; Shi, Titsias & Mnih 2020, sec. 3).
+:class:`~gpflow_tight.inducing_variables.orthogonal.OrthogonalInducingVariables` (defined in
+:mod:`gpflow_tight.inducing_variables`, importable from here too) has exactly these as GPflow's
+``Kuu`` and ``Kuf`` (registered in :mod:`gpflow_tight.covariances`), so it is an ordinary
+inducing variable of :math:`f` for GPflow.
 
-Jitter follows spec §1.7: :math:`\\varepsilon` is added to :math:`K_{uu}` and to :math:`K_{vv}`,
-so that :math:`(L_u, L_u^{-1} K_{uv}, \\mathrm{chol}(C_{vv} + \\varepsilon I))` is the block
-Cholesky factor of the jittered covariance of :math:`[\\mathbf u; \\mathbf v]`.
+Jitter: the thesis adds it to the diagonals of :math:`K_{uu}` and :math:`C_{vv}` (Fernlund
+2022, sec. 5.4.3) without saying where. Here :math:`\\varepsilon` is added to :math:`K_{uu}` and
+to :math:`K_{vv}`, so that :math:`(L_u, L_u^{-1} K_{uv}, \\mathrm{chol}(C_{vv} + \\varepsilon
+I))` is the block Cholesky factor of the jittered covariance of :math:`[\\mathbf u; \\mathbf
+v]`.
 """
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import tensorflow as tf
-from check_shapes import Shape, check_shapes
-from gpflow.base import TensorLike, TensorType
+from check_shapes import check_shapes
+from gpflow.base import TensorType
 from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
-from gpflow.inducing_variables import InducingVariables
 from gpflow.kernels import Kernel
-from gpflow.models.util import inducingpoint_wrapper
 
-from .covariances import Kuv
+from .covariances.kuvs import Kuv
+from .inducing_variables.orthogonal import OrthogonalInducingVariables
 from .validation import KUU, checked_cholesky
 
 __all__ = [
@@ -46,53 +50,6 @@ CVV = (
     "orthogonal one, or when the two sets overlap so densely that v is nearly determined by u: "
     "move or drop those orthogonal points)"
 )
-
-
-class OrthogonalInducingVariables(InducingVariables):
-    """
-    The inducing variables :math:`\\mathbf v_\\perp = \\mathbf v - K_{vu} K_{uu}^{-1}\\mathbf u`
-    of the part of the GP that is orthogonal to the ``regular`` inducing variables
-    :math:`\\mathbf u` (spec ``solve.md`` §1.2 and §1.7).
-
-    ``Kuu`` returns :math:`C_{vv} + \\varepsilon I` and ``Kuf`` returns :math:`C_{vf}`. Both
-    sets may be any inducing variables with GPflow ``Kuu``/``Kuf`` registrations and a
-    :func:`~gpflow_tight.covariances.Kuv` cross-covariance between them (inducing points,
-    GPflow's ``Multiscale``, :class:`~gpflow_tight.FrequencyInducingFeatures`, in any
-    combination).
-
-    :param orthogonal: the inducing variables :math:`\\mathbf v` (an array [M_v, D] is taken as
-        inducing points).
-    :param regular: the inducing variables :math:`\\mathbf u` they are made orthogonal to. The
-        object is shared, not copied: a model that trains :math:`Z_u` moves this set too.
-    """
-
-    def __init__(self, orthogonal: Any, regular: Any) -> None:
-        super().__init__(name="OrthogonalInducingVariables")
-        self.orthogonal = inducingpoint_wrapper(orthogonal)
-        self.regular = inducingpoint_wrapper(regular)
-        if isinstance(self.orthogonal, OrthogonalInducingVariables) or isinstance(
-            self.regular, OrthogonalInducingVariables
-        ):
-            raise TypeError(
-                "Nested orthogonal sets are not supported: pass plain inducing variables as "
-                "`orthogonal` and `regular`."
-            )
-        shape_u, shape_v = self.regular.shape, self.orthogonal.shape
-        if shape_u is not None and shape_v is not None and shape_u[1] != shape_v[1]:
-            raise ValueError(
-                f"The regular and orthogonal inducing variables must live in the same input "
-                f"space: their input dimensions are {shape_u[1]} and {shape_v[1]}."
-            )
-
-    @property
-    def num_inducing(self) -> tf.Tensor:
-        """The number of orthogonal inducing variables (the regular set is counted apart)."""
-        return self.orthogonal.num_inducing
-
-    @property
-    def shape(self) -> Shape:
-        """The orthogonal set's shape."""
-        return self.orthogonal.shape
 
 
 class OrthogonalFactors(NamedTuple):
@@ -138,7 +95,7 @@ def _residual_cross_covariance(
     """
     :math:`\\mathbf a_u(X) = L_u^{-1} K_{uX}` and :math:`C_{vX} = K_{vX} - D_v^\\top
     \\mathbf a_u(X)` (Algorithm 3 of Fernlund 2022, lines 19-20, with the line-20 erratum
-    corrected; spec §2.5).
+    corrected).
     """
     a_u = tf.linalg.triangular_solve(L_u, Kuf(inducing_variable.regular, kernel, X), lower=True)
     C_vX = Kuf(inducing_variable.orthogonal, kernel, X) - tf.linalg.matmul(
@@ -156,7 +113,8 @@ def orthogonal_factors(
     inducing_variable: OrthogonalInducingVariables, kernel: Kernel, jitter: float | None = None
 ) -> OrthogonalFactors:
     """
-    Spec §2.6, first lines: :math:`O(M_u^3 + M_u^2 M_v + M_u M_v^2 + M_v^3)`. Fails with a
+    Algorithm 3 of Fernlund 2022, lines 2-5, with :math:`\\varepsilon` added to :math:`K_{uu}`
+    and :math:`C_{vv}`: :math:`O(M_u^3 + M_u^2 M_v + M_u M_v^2 + M_v^3)`. Fails with a
     :class:`~gpflow_tight.CholeskyError` naming the matrix when :math:`K_{uu}` or :math:`C_{vv}`
     is not numerically positive definite.
     """
@@ -187,32 +145,6 @@ def orthogonal_projections(
     """
     a_u, C_vX = _residual_cross_covariance(inducing_variable, kernel, factors.L_u, factors.D_v, X)
     return a_u, tf.linalg.triangular_solve(factors.L_v, C_vX, lower=True)
-
-
-@Kuu.register(OrthogonalInducingVariables, Kernel)
-@check_shapes(
-    "inducing_variable: [M_v, D, 1]",
-    "return: [M_v, M_v]",
-)
-def _kuu_orthogonal(
-    inducing_variable: OrthogonalInducingVariables, kernel: Kernel, *, jitter: float = 0.0
-) -> tf.Tensor:
-    _, D_v = _regular_factor(inducing_variable, kernel, default_jitter())
-    K_vv = Kuu(inducing_variable.orthogonal, kernel, jitter=jitter)
-    return K_vv - tf.linalg.matmul(D_v, D_v, transpose_a=True)
-
-
-@Kuf.register(OrthogonalInducingVariables, Kernel, TensorLike)
-@check_shapes(
-    "inducing_variable: [M_v, D, 1]",
-    "Xnew: [N, D]",
-    "return: [M_v, N]",
-)
-def _kuf_orthogonal(
-    inducing_variable: OrthogonalInducingVariables, kernel: Kernel, Xnew: TensorType
-) -> tf.Tensor:
-    L_u, D_v = _regular_factor(inducing_variable, kernel, default_jitter())
-    return _residual_cross_covariance(inducing_variable, kernel, L_u, D_v, Xnew)[1]
 
 
 @check_shapes(
@@ -271,13 +203,15 @@ def decoupled_marginals(
     full_cov: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """
-    The SOLVE-GP posterior :math:`f = g + h + l` in whitened coordinates (spec §1.5): the mean
+    The SOLVE-GP posterior :math:`f = g + h + l` in whitened coordinates (Fernlund 2022,
+    eqs. 5.14-5.16, whitened as in Shi, Titsias & Mnih 2020): the mean
     :math:`\\mathbf a_u^\\top\\tilde{\\mathbf m}_u + \\mathbf a_v^\\top\\tilde{\\mathbf m}_v`, the
     covariance carried by :math:`q`, :math:`\\mathbf a_u^\\top \\tilde S_u \\mathbf a_u +
     \\mathbf a_v^\\top \\tilde S_v \\mathbf a_v`, and the residual of the prior conditional
     given both sets, :math:`k - \\mathbf a_u^\\top\\mathbf a_u - \\mathbf a_v^\\top\\mathbf a_v`
     (the :math:`d_n` of the tighter bounds). The predictive covariance is the sum of the last
-    two: the residual is counted once (spec §1.5, "GPflow implementation trap").
+    two: the residual is counted once (adding two GPflow ``conditional`` outputs, one per set,
+    would count it twice).
 
     ``q_sqrt_u`` and ``q_sqrt_v`` may be any square roots :math:`R` of :math:`\\tilde S = RR^\\top`,
     triangular or not.

@@ -332,15 +332,16 @@ plt.close(fig)
 # %% [markdown]
 # ## Uncollapsed: SOLVEGP and TightSOLVEGP
 #
-# `compute_qu()` returns the optimal $q(\mathbf u)$ and $q(\mathbf v_\perp)$ in unwhitened
-# coordinates, $(\mathbf m_u, S_u, \mathbf m_v, S_v)$. Loaded into `SOLVEGP` with
+# `compute_qu()` and `compute_qv()` return the optimal $q(\mathbf u)$ and $q(\mathbf v_\perp)$
+# in unwhitened coordinates, $(\mathbf m_u, S_u)$ and $(\mathbf m_v, S_v)$. Loaded into `SOLVEGP` with
 # `whiten=False`, its ELBO is SOLVEGPR's `"solve"` bound (not the thesis bound: the
 # uncollapsed family is the mean-field one). `TightSOLVEGP` with its default $\beta$ (the
 # noise variance, where the relaxation $m_n = \beta / (d_n + \beta)$ is optimal) gives the
 # `TightSOLVEGPR` bound.
 
 # %%
-q_u_mean, q_u_cov, q_v_mean, q_v_cov = (t.numpy() for t in solve.compute_qu())
+q_u_mean, q_u_cov = (t.numpy() for t in solve.compute_qu())
+q_v_mean, q_v_cov = (t.numpy() for t in solve.compute_qv())
 
 
 def uncollapsed(model_class):

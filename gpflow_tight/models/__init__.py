@@ -3,11 +3,13 @@
 from .gplvm import TVBGPLVM, MinibatchBayesianGPLVM, TightBayesianGPLVM
 from .power_ep import DTC, FITC, PITC, VFE, PowerEPPosterior, PowerEPSGP
 from .solve import SOLVEGP, SOLVEGPR, OrthogonalPosterior, TightSOLVEGP, TightSOLVEGPR
-from .tight_sgpr import TightSGPR
-from .tight_svgp import TightSVGP
+from .tight_sgpr import RelaxedSGPR, TightSGPR
+from .tight_svgp import RelaxedSVGP, TightSVGP
 from .vnngp import VNNGP
 
 __all__ = [
+    "RelaxedSGPR",
+    "RelaxedSVGP",
     "TightSGPR",
     "TightSVGP",
     "PowerEPSGP",

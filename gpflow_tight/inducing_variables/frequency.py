@@ -20,10 +20,12 @@ For the squared-exponential kernel every covariance is a Gaussian integral. Writ
 as :math:`\\mathrm{Re}\\, e^{i\\theta}` and using
 :math:`\\mathbb E[e^{i\\mathbf a^\\top \\mathbf x}] = e^{i\\mathbf a^\\top\\boldsymbol\\mu
 - \\mathbf a^\\top\\Sigma\\mathbf a / 2}` for :math:`\\mathbf x \\sim \\mathcal N(\\boldsymbol\\mu,
-\\Sigma)` gives the closed forms of :func:`window_covariance` (``Kuu``, and the cross-covariance
-between two sets) and of ``Kuf`` below. Importing this module registers them with GPflow's
-``Kuu`` and ``Kuf`` dispatchers, so the features work in every GPflow model (SGPR, SVGP, ...)
-and in the models of this package without further code.
+\\Sigma)` gives the closed form of :func:`window_covariance` (``Kuu``, and the cross-covariance
+between two sets) and of ``Kuf``. As in GPflow, the class and its windows live here and the
+dispatch registrations in :mod:`gpflow_tight.covariances` (``kuus``, ``kufs``, ``kuvs``);
+``import gpflow_tight`` registers them with GPflow's ``Kuu`` and ``Kuf`` dispatchers, so the
+features work in every GPflow model (SGPR, SVGP, ...) and in the models of this package without
+further code.
 
 If the kernel acts on a subset of the input dimensions (``active_dims``), the windows are
 restricted to those dimensions, as GPflow does for ``Multiscale``: the other columns of ``Z``,
@@ -35,8 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 from check_shapes import Shape, check_shapes
-from gpflow.base import Parameter, TensorLike, TensorType
-from gpflow.covariances import Kuf, Kuu
+from gpflow.base import Parameter
 from gpflow.inducing_variables import InducingVariables, Multiscale
 from gpflow.kernels import SquaredExponential
 from gpflow.utilities import positive
@@ -103,8 +104,8 @@ class FrequencyInducingFeatures(InducingVariables):
     own window widths, so zero frequencies and phases give GPflow's ``Multiscale`` features.
 
     ``Kuu`` and ``Kuf`` are registered for GPflow's ``SquaredExponential`` kernel (scalar or ARD
-    lengthscales); :func:`gpflow_tight.covariances.Kuv` gives the cross-covariance with inducing
-    points, ``Multiscale`` features and other frequency features.
+    lengthscales); :func:`gpflow_tight.covariances.kuvs.Kuv` gives the cross-covariance with
+    inducing points, ``Multiscale`` features and other frequency features.
 
     :param Z: window centres :math:`\\mathbf z_m`, shape [M, D] (an unconstrained parameter).
     :param widths: window standard deviations :math:`\\sqrt{c_{md}}`, shape [M, D], strictly
@@ -302,65 +303,3 @@ def window_covariance(
     in_phase = tf.exp(log_envelope - 0.5 * (quad_sum + 2.0 * quad_uv)) * tf.cos(shift_u + shift_v)
     anti_phase = tf.exp(log_envelope - 0.5 * (quad_sum - 2.0 * quad_uv)) * tf.cos(shift_u - shift_v)
     return 0.5 * kernel.variance * (in_phase + anti_phase)
-
-
-@Kuu.register(FrequencyInducingFeatures, SquaredExponential)
-@check_shapes(
-    "inducing_variable: [M, D, 1]",
-    "return: [M, M]",
-)
-def Kuu_sqexp_fif(
-    inducing_variable: FrequencyInducingFeatures,
-    kernel: SquaredExponential,
-    *,
-    jitter: float = 0.0,
-) -> tf.Tensor:
-    """:func:`window_covariance` of the features with themselves, plus ``jitter`` times I."""
-    windows = fif_windows(inducing_variable, kernel)
-    Kzz = window_covariance(windows, windows, kernel)
-    return Kzz + jitter * tf.eye(inducing_variable.num_inducing, dtype=Kzz.dtype)
-
-
-@Kuf.register(FrequencyInducingFeatures, SquaredExponential, TensorLike)
-@check_shapes(
-    "inducing_variable: [M, D, 1]",
-    "Xnew: [batch..., N, D]",
-    "return: [M, batch..., N]",
-)
-def Kuf_sqexp_fif(
-    inducing_variable: FrequencyInducingFeatures, kernel: SquaredExponential, Xnew: TensorType
-) -> tf.Tensor:
-    """
-    :math:`\\mathrm{Cov}[u_m, f(\\mathbf x)] = \\int g_m(\\mathbf x') k(\\mathbf x', \\mathbf x)
-    \\,\\mathrm d\\mathbf x'` (Lázaro-Gredilla & Figueiras-Vidal 2009, FIFGP). The kernel times
-    the Gaussian window is a Gaussian in :math:`\\mathbf x'` with mean
-    :math:`\\mu_{md} = (c_{md} x_d + \\ell_d^2 z_{md}) / (\\ell_d^2 + c_{md})` and variance
-    :math:`P_{md} = \\ell_d^2 c_{md} / (\\ell_d^2 + c_{md})`, so
-
-    .. math::
-        \\mathrm{Cov}[u_m, f(\\mathbf x)] = \\sigma^2 \\prod_d
-            \\frac{\\ell_d}{\\sqrt{\\ell_d^2 + c_{md}}}
-            \\exp\\Big(-\\frac12 \\sum_d \\frac{(x_d - z_{md})^2}{\\ell_d^2 + c_{md}}
-            - \\frac12 \\sum_d \\omega_{md}^2 P_{md}\\Big)
-            \\cos\\Big(\\varphi_m + \\sum_d \\omega_{md} \\mu_{md}\\Big).
-    """
-    windows = fif_windows(inducing_variable, kernel)
-    X, _ = kernel.slice(Xnew, None)
-    X = tf.convert_to_tensor(X)
-    batch_shape = tf.shape(X)[:-1]
-    X = tf.reshape(X, [-1, tf.shape(X)[-1]])  # [B, D]
-
-    lengthscales_sq = tf.square(kernel.lengthscales)
-    total = lengthscales_sq + windows.variances  # [M, D]
-    log_scale = 0.5 * tf.reduce_sum(
-        tf.math.log(lengthscales_sq / total)
-        - tf.square(windows.frequencies) * lengthscales_sq * windows.variances / total,
-        axis=-1,
-    )  # [M]
-    difference = X[None, :, :] - windows.centres[:, None, :]  # [M, B, D]
-    total = total[:, None, :]
-    mean = windows.centres[:, None, :] + windows.variances[:, None, :] * difference / total
-    phase = windows.phases[:, None] + tf.reduce_sum(windows.frequencies[:, None, :] * mean, axis=-1)
-    log_envelope = log_scale[:, None] - 0.5 * tf.reduce_sum(tf.square(difference) / total, -1)
-    K = kernel.variance * tf.exp(log_envelope) * tf.cos(phase)  # [M, B]
-    return tf.reshape(K, tf.concat([tf.shape(K)[:1], batch_shape], axis=0))

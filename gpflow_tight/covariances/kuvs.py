@@ -1,6 +1,6 @@
 """
 Cross-covariances between two inducing sets, dispatched on their types like GPflow's ``Kuu`` and
-``Kuf``.
+``Kuf``: the ``Kuv`` dispatcher and its registrations.
 
 ``Kuv(inducing_u, inducing_v, kernel)`` returns :math:`\\mathrm{Cov}[\\mathbf u, \\mathbf v]`,
 an :math:`M_u \\times M_v` matrix, for two sets of inducing variables of the same GP. The
@@ -17,7 +17,7 @@ from gpflow.inducing_variables import InducingPoints, InducingVariables, Multisc
 from gpflow.kernels import Kernel, SquaredExponential
 from gpflow.utilities import Dispatcher
 
-from .inducing_variables import (
+from ..inducing_variables.frequency import (
     FrequencyInducingFeatures,
     fif_windows,
     multiscale_windows,
@@ -114,8 +114,8 @@ def _kuv_fif_fif(
 ) -> tf.Tensor:
     """
     Two sets of frequency inducing features (Lázaro-Gredilla & Figueiras-Vidal 2009, FIFGP):
-    :func:`~gpflow_tight.inducing_variables.window_covariance`, the function behind their
-    ``Kuu``.
+    :func:`~gpflow_tight.inducing_variables.frequency.window_covariance`, the function behind
+    their ``Kuu``.
     """
     return window_covariance(
         fif_windows(inducing_u, kernel), fif_windows(inducing_v, kernel), kernel
@@ -134,7 +134,7 @@ def _kuv_multiscale_fif(
     """
     GPflow's ``Multiscale`` features are frequency inducing features with zero frequencies and
     phases and window variances :math:`(\\ell + s)^2 - \\ell^2`
-    (:func:`~gpflow_tight.inducing_variables.multiscale_windows`).
+    (:func:`~gpflow_tight.inducing_variables.frequency.multiscale_windows`).
     """
     return window_covariance(
         multiscale_windows(inducing_u, kernel), fif_windows(inducing_v, kernel), kernel

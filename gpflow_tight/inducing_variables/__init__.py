@@ -1,0 +1,25 @@
+"""
+The inducing variables of this package, one module per kind, as in GPflow's
+``gpflow.inducing_variables``: :mod:`~gpflow_tight.inducing_variables.frequency` (frequency
+inducing features and their Gaussian-cosine windows) and
+:mod:`~gpflow_tight.inducing_variables.orthogonal` (orthogonally decoupled inducing variables).
+Their ``Kuu``, ``Kuf`` and ``Kuv`` registrations are in :mod:`gpflow_tight.covariances`.
+"""
+
+from .frequency import (
+    CosineWindows,
+    FrequencyInducingFeatures,
+    fif_windows,
+    multiscale_windows,
+    window_covariance,
+)
+from .orthogonal import OrthogonalInducingVariables
+
+__all__ = [
+    "FrequencyInducingFeatures",
+    "OrthogonalInducingVariables",
+    "CosineWindows",
+    "fif_windows",
+    "multiscale_windows",
+    "window_covariance",
+]
