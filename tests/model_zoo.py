@@ -38,6 +38,18 @@ def _tight_svgp(rng: np.random.Generator) -> tuple[Any, Any]:
     return gt.TightSVGP(_kernel(), gpflow.likelihoods.Gaussian(0.1), Z_U, num_data=40), data
 
 
+def _relaxed_sgpr(rng: np.random.Generator) -> tuple[Any, Any]:
+    data = _regression(rng)
+    return gt.RelaxedSGPR(data, _kernel(), Z_U, noise_variance=0.1, relaxation="beta"), None
+
+
+def _relaxed_svgp(rng: np.random.Generator) -> tuple[Any, Any]:
+    data = _regression(rng)
+    likelihood = gpflow.likelihoods.Gaussian(0.1)
+    model = gt.RelaxedSVGP(_kernel(), likelihood, Z_U, num_data=40, relaxation="free")
+    return model, data
+
+
 def _power_ep(rng: np.random.Generator) -> tuple[Any, Any]:
     return gt.PowerEPSGP(_regression(rng), _kernel(), Z_U, alpha=0.5, noise_variance=0.1), None
 
@@ -116,6 +128,8 @@ def _tight_solve_gp(rng: np.random.Generator) -> tuple[Any, Any]:
 MODEL_FACTORIES: dict[str, Callable[[np.random.Generator], tuple[Any, Any]]] = {
     "TightSGPR": _tight_sgpr,
     "TightSVGP": _tight_svgp,
+    "RelaxedSGPR": _relaxed_sgpr,
+    "RelaxedSVGP": _relaxed_svgp,
     "PowerEPSGP": _power_ep,
     "PITC": _pitc,
     "PowerEPSGP-sites": _power_ep_sites,
