@@ -1,336 +1,190 @@
 """
-Cost of the Bayesian GPLVMs of gpflow_tight against GPflow's BayesianGPLVM.
-
-(a) One ELBO + gradient step of TightBayesianGPLVM (analytic relaxation) against
-    gpflow.models.BayesianGPLVM on the same data and parameters, for N in {1000, 5000}, P = 12,
-    Q in {2, 5}, M in {32, 128}.
-(b) One step of MinibatchBayesianGPLVM (tight=True; batch 256, M = 64, Q = 5, P = 12) for
-    N = 1000 ... 50000, beside the collapsed models' step where N is small enough.
-
-Run from the repository root: ``.venv/bin/python benchmarks/gplvm_cost.py [--rounds 15]``.
-Writes ``benchmarks/results/gplvm_cost.md`` and ``benchmarks/results/gplvm_cost.png``.
+Cost of the Bayesian GPLVMs of gpflow_tight against GPflow's BayesianGPLVM: (a) one ELBO +
+gradient step of TightBayesianGPLVM (analytic relaxation) against gpflow.models.BayesianGPLVM on
+the same data and parameters; (b) one step of MinibatchBayesianGPLVM as N grows, beside the
+collapsed models' step where N is small enough.
 """
 
-import argparse
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-
+import harness
 import numpy as np
-from common import RESULTS_DIR, header, interleaved_times, markdown_table, setup, write_result
 
-setup()
-
-import gpflow  # noqa: E402
-import matplotlib  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from gpflow.keras import tf_keras  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from gpflow_tight import MinibatchBayesianGPLVM, TightBayesianGPLVM  # noqa: E402
-
-NUM_OUTPUTS = 12
-NOISE_VARIANCE = 0.1
+NAME = "gplvm_cost"
+GOAL = 1.10
+PEER, TIGHT = "BayesianGPLVM", "TightBayesianGPLVM"
+MB_GRAD, MB_ADAM = "MinibatchBayesianGPLVM loss+grad", "MinibatchBayesianGPLVM Adam step"
+PRESETS = {"quick": dict(rounds=3, collapsed_sizes=[1000], minibatch_sizes=[1000, 5000])}
 
 
-def synthetic(num_data: int, latent_dim: int, num_inducing: int, seed: int) -> dict:
-    """Latent points from the prior, 12 smooth outputs of them plus noise, and initial values."""
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((num_data, latent_dim))
-    W = rng.standard_normal((latent_dim, NUM_OUTPUTS))
-    Y = np.sin(X @ W) + np.sqrt(NOISE_VARIANCE) * rng.standard_normal((num_data, NUM_OUTPUTS))
+def arguments(parser):
+    parser.add_argument("--rounds", type=int, default=15, help="timed rounds per comparison")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--collapsed-sizes", type=int, nargs="*", default=[1000, 5000])
+    parser.add_argument(
+        "--minibatch-sizes", type=int, nargs="*", default=[1000, 5000, 10_000, 50_000]
+    )
+    parser.add_argument(
+        "--max-collapsed", type=int, default=10_000, help="largest collapsed N of (b)"
+    )
+    parser.add_argument("--batch-size", type=int, default=256)
+
+
+def plan(args):
+    keys = [harness.keyed(args, ["rounds", "seed"], part="a", N=n, Q=q, M=m)
+            for n in args.collapsed_sizes for q in (2, 5) for m in (32, 128)]  # fmt: skip
+    settings = ["rounds", "seed", "batch_size", "max_collapsed"]
+    return keys + [harness.keyed(args, settings, part="b", N=n) for n in args.minibatch_sizes]
+
+
+def run(key, args):
+    import gpflow
+    import tensorflow as tf
+
+    from gpflow_tight import MinibatchBayesianGPLVM, TightBayesianGPLVM
+
+    N, Q, M = key["N"], key.get("Q", 5), key.get("M", 64)
+    rng = np.random.default_rng(key["seed"])
+    X = rng.standard_normal((N, Q))
+    Y = np.sin(X @ rng.standard_normal((Q, 12))) + 0.1**0.5 * rng.standard_normal((N, 12))
     X_mean = X + 0.3 * rng.standard_normal(X.shape)
-    return dict(
-        Y=Y,
-        X_mean=X_mean,
-        X_var=np.full(X.shape, 0.1),
-        Z=X_mean[rng.choice(num_data, num_inducing, replace=False)].copy(),
-    )
+    Z = X_mean[rng.choice(N, M, replace=False)]
 
+    def kernel():
+        return gpflow.kernels.SquaredExponential(lengthscales=np.linspace(1.0, 2.0, Q))
 
-def kernel(latent_dim: int) -> gpflow.kernels.Kernel:
-    return gpflow.kernels.SquaredExponential(lengthscales=np.linspace(1.0, 2.0, latent_dim))
-
-
-def collapsed(model_class: type, problem: dict, **kwargs: object) -> gpflow.models.BayesianGPLVM:
-    model = model_class(
-        problem["Y"],
-        problem["X_mean"].copy(),
-        problem["X_var"].copy(),
-        kernel(problem["X_mean"].shape[1]),
-        inducing_variable=problem["Z"].copy(),
-        **kwargs,
-    )
-    model.likelihood.variance.assign(NOISE_VARIANCE)
-    return model
-
-
-def fetch(value: object) -> None:
-    """Block until a tensor (or the values of IndexedSlices) has been computed."""
-    if isinstance(value, tf.IndexedSlices):
-        value.values.numpy()
-    else:
-        value.numpy()
-
-
-def gradient_step(model: gpflow.models.BayesianModel, batch: tuple | None) -> Callable[[], None]:
-    """Compiled loss and gradient w.r.t. all trainable variables; the callable blocks."""
-    variables = model.trainable_variables
-
-    @tf.function
-    def step() -> tuple[tf.Tensor, list]:
-        with tf.GradientTape() as tape:
-            loss = model.training_loss() if batch is None else model.training_loss(batch)
-        return loss, tape.gradient(loss, variables)
-
-    def run() -> None:
-        loss, grads = step()
-        loss.numpy()
-        for grad in grads:
-            fetch(grad)
-
-    return run
-
-
-def adam_step(model: MinibatchBayesianGPLVM, batch: tuple) -> Callable[[], None]:
-    """One compiled Adam update on ``batch``, as in ``gpflow_tight.training.fit_adam``."""
-    variables = model.trainable_variables
-    optimizer = tf_keras.optimizers.Adam(1e-4)
-
-    @tf.function
-    def step() -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = model.training_loss(batch)
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-
-    return lambda: step().numpy()
-
-
-@dataclass
-class Pair:
-    setting: dict
-    peer_times: list[float]
-    tight_times: list[float]
-    peer_elbo: float
-    tight_elbo: float
-
-
-def part_a(rounds: int, seed: int, sizes: list[int]) -> list[Pair]:
-    pairs = []
-    for num_data in sizes:
-        for latent_dim in (2, 5):
-            for num_inducing in (32, 128):
-                problem = synthetic(num_data, latent_dim, num_inducing, seed)
-                peer = collapsed(gpflow.models.BayesianGPLVM, problem)
-                tight = collapsed(TightBayesianGPLVM, problem, relaxation="analytic")
-                start = time.perf_counter()
-                times = interleaved_times(
-                    {"peer": gradient_step(peer, None), "tight": gradient_step(tight, None)},
-                    rounds=rounds,
-                )
-                pair = Pair(
-                    dict(N=num_data, Q=latent_dim, M=num_inducing),
-                    times["peer"],
-                    times["tight"],
-                    float(peer.elbo().numpy()),
-                    float(tight.elbo().numpy()),
-                )
-                ratio = np.median(pair.tight_times) / np.median(pair.peer_times)
-                print(
-                    f"(a) N={num_data} Q={latent_dim} M={num_inducing}: ratio {ratio:.3f} "
-                    f"({time.perf_counter() - start:.0f} s)",
-                    flush=True,
-                )
-                pairs.append(pair)
-    return pairs
-
-
-def part_b(
-    rounds: int, seed: int, sizes: list[int], max_collapsed: int, batch_size: int
-) -> dict[int, dict[str, list[float]]]:
-    latent_dim, num_inducing = 5, 64
-    results = {}
-    for num_data in sizes:
-        problem = synthetic(num_data, latent_dim, num_inducing, seed)
-        minibatch = MinibatchBayesianGPLVM(
-            num_data,
-            NUM_OUTPUTS,
-            problem["X_mean"].copy(),
-            problem["X_var"].copy(),
-            kernel(latent_dim),
-            problem["Z"].copy(),
-            noise_variance=NOISE_VARIANCE,
-            tight=True,
+    def collapsed(cls, **kw):
+        model = cls(
+            Y, X_mean.copy(), np.full(X.shape, 0.1), kernel(), inducing_variable=Z.copy(), **kw
         )
-        rows = np.random.default_rng(seed).choice(num_data, batch_size, replace=False)
-        batch = (tf.constant(rows[:, None]), tf.constant(problem["Y"][rows]))
-        fns = {
-            "MinibatchBayesianGPLVM loss+grad": gradient_step(minibatch, batch),
-            "MinibatchBayesianGPLVM Adam step": adam_step(minibatch, batch),
-        }
-        if num_data <= max_collapsed:
-            fns["BayesianGPLVM loss+grad"] = gradient_step(
-                collapsed(gpflow.models.BayesianGPLVM, problem), None
-            )
-            fns["TightBayesianGPLVM loss+grad"] = gradient_step(
-                collapsed(TightBayesianGPLVM, problem), None
-            )
-        start = time.perf_counter()
-        results[num_data] = interleaved_times(fns, rounds=rounds)
-        medians = ", ".join(f"{k} {np.median(v):.4f}" for k, v in results[num_data].items())
-        print(f"(b) N={num_data}: {medians} ({time.perf_counter() - start:.0f} s)", flush=True)
-    return results
+        model.likelihood.variance.assign(0.1)
+        return model
+
+    if key["part"] == "a":
+        peer, tight = (
+            collapsed(gpflow.models.BayesianGPLVM),
+            collapsed(TightBayesianGPLVM, relaxation="analytic"),
+        )
+        fns = {PEER: harness.step_function(peer), TIGHT: harness.step_function(tight)}
+        return dict(times=harness.interleaved(fns, key["rounds"]),
+                    elbo=dict(peer=float(peer.elbo()), tight=float(tight.elbo())))  # fmt: skip
+    minibatch = MinibatchBayesianGPLVM(N, 12, X_mean.copy(), np.full(X.shape, 0.1), kernel(),
+                                       Z.copy(), noise_variance=0.1, tight=True)  # fmt: skip
+    rows = np.random.default_rng(key["seed"]).choice(N, key["batch_size"], replace=False)
+    batch = (tf.constant(rows[:, None]), tf.constant(Y[rows]))
+    fns = {MB_GRAD: harness.step_function(minibatch, batch),
+           MB_ADAM: harness.step_function(minibatch, batch, adam=1e-4)}  # fmt: skip
+    if N <= key["max_collapsed"]:
+        fns[f"{PEER} loss+grad"] = harness.step_function(collapsed(gpflow.models.BayesianGPLVM))
+        fns[f"{TIGHT} loss+grad"] = harness.step_function(collapsed(TightBayesianGPLVM))
+    return dict(times=harness.interleaved(fns, key["rounds"]))
 
 
-def plot(results: dict[int, dict[str, list[float]]], batch_size: int) -> str:
-    name = "gplvm_cost.png"
+def render(report, records, missing, args):
+    part_a = [r for r in records if r["key"]["part"] == "a"]
+    part_b = [r for r in records if r["key"]["part"] == "b"]
+    k = records[0]["key"] if records else vars(args)
+    protocol = [
+        "Quantity timed: one compiled call that evaluates `model.training_loss` (-ELBO) and its "
+        "gradient w.r.t. all trainable variables (latent means and variances, inducing inputs, "
+        "kernel, noise; for the minibatch model also q(u)), results fetched with `.numpy()`. "
+        "'Adam step' adds the `tf_keras` Adam update of all variables (lr 1e-4) in the same "
+        "`tf.function`, as `fit_adam` runs it.",
+        f"Timing: 2 untimed warm-up calls per function, then {k['rounds']} rounds; each round "
+        "calls every function once, in an order that alternates between rounds. Reported: "
+        "medians; ratio = tight median / peer median; 'per-round' = median of the per-round "
+        "ratios, with the number of rounds in which the tight model was slower (sign test).",
+        "Data: synthetic, latent X ~ N(0, I_Q), Y = sin(X W) + noise (W standard normal [Q, 12], "
+        "noise variance 0.1); q(X) means = X + N(0, 0.3^2), variances 0.1; inducing inputs a "
+        "random subset of the means; SE-ARD kernel, variance 1, lengthscales evenly spaced on "
+        "[1, 2]; noise variance 0.1; float64.",
+        "(a) `gpflow.models.BayesianGPLVM` (peer) vs `gpflow_tight.TightBayesianGPLVM` "
+        "(relaxation='analytic') with identical parameters; the two bounds at those parameters "
+        "are also given (tight must be >= peer).",
+        f"(b) `MinibatchBayesianGPLVM` (tight=True, whiten=True), one fixed minibatch of "
+        f"B={args.batch_size} rows, M=64, Q=5, P=12, for N in {[r['key']['N'] for r in part_b]}; "
+        f"the collapsed models (full data per step) for N <= {args.max_collapsed} only.",
+        f"Goal for (a): ratio <= {GOAL:.2f}.",
+    ]
+    report.head("Cost of the Bayesian GPLVMs: TightBayesianGPLVM and MinibatchBayesianGPLVM",
+                records, protocol, missing)  # fmt: skip
+    rows, ratios, per_round, ordered = [], [], [], 0
+    for r in part_a:
+        value, per, paired = harness.ratio(r["times"], TIGHT, PEER)
+        ratios.append(value)
+        per_round.append(float(np.median(per)))
+        ordered += r["elbo"]["tight"] >= r["elbo"]["peer"]
+        rows.append([r["key"]["N"], r["key"]["Q"], r["key"]["M"],
+                     f"{np.median(r['times'][PEER]):.4f}", f"{np.median(r['times'][TIGHT]):.4f}",
+                     f"**{value:.3f}**", f"{per_round[-1]:.3f}", f"{paired.losses}/{paired.n}",
+                     f"{r['elbo']['peer']:.1f}", f"{r['elbo']['tight']:.1f}",
+                     "yes" if r["elbo"]["tight"] >= r["elbo"]["peer"] else "**NO**"])  # fmt: skip
+    report.section("(a) Collapsed: TightBayesianGPLVM vs BayesianGPLVM, one ELBO + gradient step")
+    report.table(["N", "Q", "M", f"{PEER} median s", f"{TIGHT} median s", "ratio", "per-round",
+                  "tight slower in", "ELBO peer", "ELBO tight", "tight >= peer"], rows)  # fmt: skip
+    labels = sorted({label for r in part_b for label in r["times"]})
+    report.section("(b) MinibatchBayesianGPLVM step time against N")
+    report.table(["N", *(f"{label} (median s)" for label in labels)],
+                 [[r["key"]["N"]] + [f"{np.median(r['times'][x]):.4f}" if x in r["times"] else "-"
+                                     for x in labels] for r in part_b])  # fmt: skip
+    findings = []
+    if part_a:
+        findings.append(
+            f"(a) TightBayesianGPLVM / BayesianGPLVM = {harness.span(ratios, '.3f')} (ratio of "
+            f"medians; per-round medians {harness.span(per_round, '.3f')}): "
+            f"{harness.of(sum(x <= GOAL for x in ratios), len(ratios))} settings within the goal "
+            f"of {GOAL:.2f}. The tight bound is >= the standard one in "
+            f"{harness.of(ordered, len(part_a), 'settings')}."
+        )
+    if len(part_b) > 1:
+        first, last = part_b[0], part_b[-1]
+        growth = np.median(last["times"][MB_GRAD]) / np.median(first["times"][MB_GRAD])
+        a, b = (np.median(r["times"][MB_GRAD]) for r in (first, last))
+        text = (f"(b) The minibatch loss+grad step goes from {a:.3f} s at N={first['key']['N']} "
+                f"to {b:.3f} s at N={last['key']['N']} (x{growth:.2f} for "
+                f"x{last['key']['N'] / first['key']['N']:.0f} rows)")  # fmt: skip
+        full = [r for r in part_b if f"{PEER} loss+grad" in r["times"]]
+        if len(full) > 1:
+            a, b = (np.median(r["times"][f"{PEER} loss+grad"]) for r in (full[0], full[-1]))
+            text += (
+                f"; the collapsed BayesianGPLVM step goes from {a:.2f} s to {b:.2f} s "
+                f"(x{b / a:.1f} for x{full[-1]['key']['N'] / full[0]['key']['N']:.0f} rows)"
+            )
+        findings.append(text + ".")
+    report.section("Findings")
+    report.bullets(findings)
+    if part_b:
+        report.figure(plot(part_b, labels, args.batch_size), "gplvm_cost.png", "step time vs N")
+    report.section("Raw times (s, in round order)")
+    for r in records:
+        report.add(
+            f"- ({r['key']['part']}) "
+            + " ".join(f"{x}={r['key'][x]}" for x in "NQM" if x in r["key"])
+        )
+        report.add(
+            *(f"  - {n}: " + ", ".join(f"{t:.4f}" for t in v) for n, v in r["times"].items())
+        )
+
+
+def plot(part_b, labels, batch_size):
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    labels = sorted({label for times in results.values() for label in times})
     for label, marker in zip(labels, "osd^v"):
-        sizes = [n for n in results if label in results[n]]
-        medians = [np.median(results[n][label]) for n in sizes]
-        ax.plot(sizes, medians, marker=marker, label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("N (rows)")
-    ax.set_ylabel("median step time (s)")
-    ax.set_title(f"Bayesian GPLVM step time, P=12, Q=5, M=64 (minibatch B={batch_size})")
+        points = [
+            (r["key"]["N"], np.median(r["times"][label])) for r in part_b if label in r["times"]
+        ]
+        ax.plot(*zip(*points), marker=marker, label=label)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="N (rows)",
+        ylabel="median step time (s)",
+        title=f"Bayesian GPLVM step time, P=12, Q=5, M=64 (minibatch B={batch_size})",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(RESULTS_DIR / name, dpi=100)
-    plt.close(fig)
-    print(f"wrote {RESULTS_DIR / name}")
-    return name
-
-
-def report(
-    pairs: list[Pair],
-    scaling: dict[int, dict[str, list[float]]],
-    figure: str,
-    args: argparse.Namespace,
-) -> str:
-    protocol = [
-        "Quantity timed: one call of a `tf.function` that evaluates `model.training_loss` "
-        "(-ELBO) and its gradient w.r.t. all trainable variables (GradientTape; latent means "
-        "and variances, inducing inputs, kernel, noise; for the minibatch model also q(u)), "
-        "results fetched with `.numpy()`. 'Adam step' adds the update of all variables "
-        "(`tf_keras.optimizers.Adam`) in the same `tf.function`, as `fit_adam` runs it.",
-        f"Timing: `common.interleaved_times`: 2 untimed warm-up calls per function (tracing), "
-        f"then {args.rounds} rounds; each round calls every function once, in an order that "
-        "alternates between rounds. Reported: medians over the rounds; ratio = tight median / "
-        "peer median; 'per-round' = median of the ratios of the two calls of each round.",
-        "Data: synthetic, latent X ~ N(0, I_Q), Y = sin(X W) + noise (W standard normal "
-        f"[Q, 12], noise variance {NOISE_VARIANCE}); q(X) means = X + N(0, 0.3^2), variances "
-        "0.1; inducing inputs a random subset of the means; SE-ARD kernel, variance 1, "
-        "lengthscales evenly spaced on [1, 2]; noise variance 0.1. float64.",
-        "(a) `gpflow.models.BayesianGPLVM` (peer) vs `gpflow_tight.TightBayesianGPLVM` "
-        "(relaxation='analytic') built with identical parameters; the two bounds at those "
-        "parameters are also given (tight must be >= peer).",
-        f"(b) `MinibatchBayesianGPLVM` (tight=True, whiten=True), one fixed minibatch of "
-        f"B={args.batch_size} rows (row indices and Y rows as constant tensors), M=64, Q=5, "
-        f"P=12, for N in {args.minibatch_sizes}; the collapsed models (full data per step) "
-        f"for N <= {args.max_collapsed} only: GPflow's SE psi statistics materialise [N, M, M] "
-        "tensors (and larger intermediates) in both the loss and its gradient, and their step "
-        "time grows linearly in N.",
-        "Goal for (a): ratio <= 1.10.",
-    ]
-    rows_a = []
-    for p in pairs:
-        peer, tight = np.median(p.peer_times), np.median(p.tight_times)
-        paired = np.median(np.asarray(p.tight_times) / np.asarray(p.peer_times))
-        rows_a.append(
-            [
-                p.setting["N"],
-                p.setting["Q"],
-                p.setting["M"],
-                f"{peer:.4f}",
-                f"{tight:.4f}",
-                f"**{tight / peer:.3f}**",
-                f"{paired:.3f}",
-                f"{p.peer_elbo:.1f}",
-                f"{p.tight_elbo:.1f}",
-                "yes" if p.tight_elbo >= p.peer_elbo else "**NO**",
-            ]
-        )
-    table_a = markdown_table(
-        [
-            "N",
-            "Q",
-            "M",
-            "BayesianGPLVM median s",
-            "TightBayesianGPLVM median s",
-            "ratio",
-            "per-round",
-            "ELBO peer",
-            "ELBO tight",
-            "tight >= peer",
-        ],
-        rows_a,
-    )
-    labels = sorted({label for times in scaling.values() for label in times})
-    rows_b = []
-    for num_data, times in scaling.items():
-        rows_b.append(
-            [num_data]
-            + [f"{np.median(times[label]):.4f}" if label in times else "-" for label in labels]
-        )
-    table_b = markdown_table(["N", *[f"{label} (median s)" for label in labels]], rows_b)
-    first, last = min(scaling), max(scaling)
-    grad = "MinibatchBayesianGPLVM loss+grad"
-    growth = np.median(scaling[last][grad]) / np.median(scaling[first][grad])
-    raw = ["", "## Raw times (s, in round order)", ""]
-    for p in pairs:
-        raw.append(f"- (a) N={p.setting['N']} Q={p.setting['Q']} M={p.setting['M']}")
-        raw.append("  - BayesianGPLVM: " + ", ".join(f"{t:.4f}" for t in p.peer_times))
-        raw.append("  - TightBayesianGPLVM: " + ", ".join(f"{t:.4f}" for t in p.tight_times))
-    for num_data, times in scaling.items():
-        raw.append(f"- (b) N={num_data}")
-        for label, values in times.items():
-            raw.append(f"  - {label}: " + ", ".join(f"{t:.4f}" for t in values))
-    return (
-        header(
-            "Cost of the Bayesian GPLVMs: TightBayesianGPLVM and MinibatchBayesianGPLVM", protocol
-        )
-        + "\n## (a) Collapsed: TightBayesianGPLVM vs BayesianGPLVM, one ELBO + gradient step\n\n"
-        + table_a
-        + "\n## (b) MinibatchBayesianGPLVM step time against N\n\n"
-        + table_b
-        + f"\nMinibatch loss+grad, N={last} over N={first}: x{growth:.2f} "
-        f"(N grew x{last / first:.0f}).\n\n"
-        + f"![step time vs N]({figure})\n"
-        + "\n".join(raw)
-        + "\n"
-    )
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=15, help="timed rounds per comparison")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--collapsed-sizes", type=int, nargs="+", default=[1000, 5000])
-    parser.add_argument(
-        "--minibatch-sizes", type=int, nargs="+", default=[1000, 5000, 10_000, 50_000]
-    )
-    parser.add_argument(
-        "--max-collapsed", type=int, default=10_000, help="largest N for collapsed models in (b)"
-    )
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--skip-a", action="store_true", help="only run (b)")
-    args = parser.parse_args()
-
-    start = time.perf_counter()
-    pairs = [] if args.skip_a else part_a(args.rounds, args.seed, args.collapsed_sizes)
-    scaling = part_b(
-        args.rounds, args.seed, args.minibatch_sizes, args.max_collapsed, args.batch_size
-    )
-    figure = plot(scaling, args.batch_size)
-    print(f"total {time.perf_counter() - start:.0f} s")
-    write_result("gplvm_cost.md", report(pairs, scaling, figure, args))
+    return fig
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(__import__(__name__))

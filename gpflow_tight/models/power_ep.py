@@ -5,168 +5,62 @@ process pseudo-point approximations using Power Expectation Propagation* (JMLR 2
 One class, :class:`PowerEPSGP`, covers the family through the power :math:`\\alpha`: FITC at
 :math:`\\alpha = 1`, Titsias's VFE in the limit :math:`\\alpha \\to 0`, PITC with block factors,
 a private power per data point or block, and inter-domain pseudo-points through GPflow's
-``Kuu``/``Kuf`` dispatch. Regression is closed form; other likelihoods run Power-EP site updates.
+``Kuu``/``Kuf`` dispatch. Regression is closed form
+(:mod:`~gpflow_tight.models.power_ep_regression`); other likelihoods run Power-EP site updates
+(:mod:`~gpflow_tight.models.power_ep_sites`). Predictions go through
+:class:`~gpflow_tight.posteriors.PowerEPPosterior`.
 """
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance, RegressionData
-from gpflow.config import default_float, default_jitter
-from gpflow.covariances import Kuf, Kuu
+from gpflow.config import default_float
 from gpflow.kernels import Kernel
 from gpflow.likelihoods import Gaussian, Likelihood, ScalarLikelihood
 from gpflow.mean_functions import MeanFunction
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import InducingVariablesLike, data_input_to_tensor, inducingpoint_wrapper
-from gpflow.posteriors import (
-    AbstractPosterior,
-    PrecomputeCacheType,
-    PrecomputedValue,
-    SGPRPosterior,
+from gpflow.posteriors import PrecomputeCacheType
+
+from ..posteriors import PowerEPPosterior
+from ..validation import check_regression_data, explain_cholesky_failure
+from .base import ConstructorOnly, ExplainsCholeskyFailures
+from .power_ep_regression import (
+    check_alpha,
+    cluster_blocks,
+    collapsed_log_marginal_likelihood,
+    collapsed_posterior,
+    partition,
+    power_correction,
 )
-from scipy.cluster.vq import kmeans2
-
-from ..tilted import tilted_moments
-from ..validation import KUU, check_regression_data, checked_cholesky, explain_cholesky_failure
-from .base import ExplainsCholeskyFailures
-
-__all__ = ["PowerEPSGP", "PowerEPPosterior", "FITC", "PITC", "VFE", "DTC", "cluster_blocks"]
-
-INNER = "B = I + A Aᵀ (the whitened precision of q(u))"
-
-
-@check_shapes(
-    "alpha: [broadcast batch...]",
-    "scaled_residual: [batch...]",
-    "return: [batch...]",
+from .power_ep_sites import (
+    SiteBatch,
+    assign_sites,
+    check_site_alpha,
+    check_site_data,
+    site_batch,
+    site_log_marginal_likelihood,
+    site_update,
+    site_whitened_posterior,
 )
-def power_correction(alpha: tf.Tensor, scaled_residual: tf.Tensor) -> tf.Tensor:
-    """
-    :math:`\\frac{1 - \\alpha}{2\\alpha} \\log(1 + \\alpha x)`, and its limit :math:`x / 2` at
-    :math:`\\alpha = 0` (Bui et al. 2017, eq. 128 and Remark 3), elementwise. ``x`` is
-    :math:`d_n / \\sigma_n^2`, or an eigenvalue of :math:`\\Sigma_b^{-1/2} D_{bb} \\Sigma_b^{-1/2}`
-    for a block factor.
-    """
-    positive = alpha > 0
-    safe_alpha = tf.where(positive, alpha, tf.ones_like(alpha))  # no NaN gradients at α = 0
-    powered = (1 - safe_alpha) / (2 * safe_alpha) * tf.math.log1p(safe_alpha * scaled_residual)
-    return tf.where(positive, powered, 0.5 * scaled_residual)
+
+__all__ = [
+    "PowerEPSGP",
+    "PowerEPPosterior",
+    "FITC",
+    "PITC",
+    "VFE",
+    "DTC",
+    "cluster_blocks",
+    "power_correction",
+]
 
 
-def cluster_blocks(X: np.ndarray, block_size: int, seed: int = 0) -> list[np.ndarray]:
-    """
-    Partition the rows of ``X`` into about ``N / block_size`` blocks of nearby points with
-    k-means (``scipy.cluster.vq.kmeans2``); block sizes vary around ``block_size``.
-    """
-    X = np.asarray(X, dtype=float)
-    num_blocks = int(np.ceil(len(X) / block_size))
-    if num_blocks == 1:
-        return [np.arange(len(X))]
-    _, labels = kmeans2(X, num_blocks, minit="++", seed=seed)
-    return [np.flatnonzero(labels == k) for k in np.unique(labels)]
-
-
-def _block_layout(blocks: Sequence[Any], num_data: int) -> tuple[np.ndarray, np.ndarray]:
-    """Padded ``[B, S]`` index and mask arrays of a partition of ``range(num_data)``."""
-    try:
-        blocks = [np.asarray(block, dtype=np.int64).reshape(-1) for block in blocks]
-    except (TypeError, ValueError) as error:
-        raise TypeError("`blocks` must be a sequence of integer index arrays.") from error
-    if any(block.size == 0 for block in blocks):
-        raise ValueError("`blocks` contains an empty block; remove it.")
-    everything = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
-    counts = np.bincount(
-        everything[(everything >= 0) & (everything < num_data)], minlength=num_data
-    )
-    if everything.min(initial=0) < 0 or everything.max(initial=0) >= num_data:
-        raise ValueError(f"`blocks` holds indices outside 0..{num_data - 1} (the data rows).")
-    if np.any(counts != 1):
-        repeated, missing = np.flatnonzero(counts > 1), np.flatnonzero(counts == 0)
-        raise ValueError(
-            "`blocks` must partition the data rows: every row in exactly one block. "
-            f"Rows in several blocks: {repeated[:5].tolist()}; rows in none: "
-            f"{missing[:5].tolist()}."
-        )
-    size = max(block.size for block in blocks)
-    index = np.zeros((len(blocks), size), np.int64)
-    mask = np.zeros((len(blocks), size), bool)
-    for b, block in enumerate(blocks):
-        index[b, : block.size] = block
-        mask[b, : block.size] = True
-    return index, mask
-
-
-class _Projection(NamedTuple):
-    """``L = chol(K_uu)``, ``A0 = L⁻¹ K_uf`` and the residual variances ``d``."""
-
-    L: tf.Tensor
-    A0: tf.Tensor
-    residual: tf.Tensor
-
-
-class _GaussianSites(NamedTuple):
-    """
-    Gaussian factors whitened by their covariance
-    :math:`\\Lambda = \\mathrm{blkdiag}(\\alpha_b D_{bb} + \\Sigma_b)`:
-    ``A = L⁻¹ K_uf Λ^{-1/2}``, ``e = Λ^{-1/2} (y - μ)``, :math:`\\log|\\Lambda|` and the power
-    correction :math:`\\sum_b \\frac{1-\\alpha_b}{2\\alpha_b}
-    \\log|I + \\alpha_b \\Sigma_b^{-1} D_{bb}|` (per output column).
-    """
-
-    A: tf.Tensor
-    e: tf.Tensor
-    log_det: tf.Tensor
-    correction: tf.Tensor
-
-
-class _Cavity(NamedTuple):
-    """Cavity marginals of :math:`g(x_n)` and the quantities of the vectorised energy (§3.4)."""
-
-    mean: tf.Tensor  # of g = f - mean function
-    variance: tf.Tensor
-    s: tf.Tensor  # 1 - α τ c
-    c: tf.Tensor  # w_nᵀ V w_n
-    a: tf.Tensor  # w_nᵀ m
-
-
-class PowerEPPosterior(SGPRPosterior):
-    """
-    The posterior of a :class:`PowerEPSGP`. Power EP's :math:`q(\\mathbf u)` has the same whitened
-    form as SGPR's, :math:`\\mathbf u = L \\mathbf v`, :math:`q(\\mathbf v) = \\mathcal N(L_B^{-T}
-    \\mathbf c, (L_B L_B^T)^{-1})`, so SGPR's cached prediction is reused with the model's
-    :math:`(L, L_B, \\mathbf c)`; the test conditional :math:`p(f_* \\mid \\mathbf u)` is exact.
-    """
-
-    def __init__(
-        self,
-        model: "PowerEPSGP",
-        *,
-        precompute_cache: PrecomputeCacheType | None,
-    ) -> None:
-        AbstractPosterior.__init__(
-            self, model.kernel, model.data[0], mean_function=model.mean_function
-        )
-        self.inducing_variable = model.inducing_variable
-        self.num_latent_gps = model.num_latent_gps
-        self._whitened_posterior = model.whitened_posterior
-        if precompute_cache is not None:
-            self.update_cache(precompute_cache)
-
-    def _precompute(self) -> tuple[PrecomputedValue, ...]:
-        L, LB, c = self._whitened_posterior()
-        return (
-            PrecomputedValue(L, (False, False)),
-            PrecomputedValue(LB, (False, False)),
-            PrecomputedValue(c, (False, False)),
-        )
-
-
-class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixin):
+class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixin):
     """
     Sparse GP with the Power-EP pseudo-point approximation of :cite:t:`bui2017unifying`.
 
@@ -204,6 +98,16 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
     alternate sweeps and optimiser steps. ``inference="sites"`` also works with a Gaussian
     likelihood, where it converges to the closed form.
 
+    **Settings fixed at construction.** ``alpha``, ``blocks``, ``inference``,
+    ``num_gauss_hermite_points`` and ``num_data`` decide the structure of the computation (which
+    form of the power correction, which tilted moments, the shapes), so functions compiled
+    from the model would keep their values. They are therefore not part of the saved state:
+    assigning any of them after construction raises an ``AttributeError``, and the arrays
+    ``alpha`` and ``blocks`` are read-only. For another power, build a new model, e.g.
+    ``PowerEPSGP(data, kernel, Z, alpha=new_alpha)``, and copy the parameters over
+    (``gpflow.utilities.multiple_assign(new, gpflow.utilities.parameter_dict(old))``). A
+    checkpoint restores the parameters and sites into a model built with the same settings.
+
     :param data: ``(X, Y)``, ``X`` [N, D], ``Y`` [N, R] (R = 1 and labels in {0, 1} for
         ``Bernoulli``).
     :param alpha: the power, in [0, 1]: a number, an array [N] (one per point) or, with
@@ -218,6 +122,14 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
         GPflow's 20 by default: the energy divides their error by :math:`\\alpha`).
     """
 
+    _constructor_only = (
+        "alpha",
+        "blocks",
+        "inference",
+        "num_gauss_hermite_points",
+        "num_data",
+        "_layout",
+    )
     _includes_power_correction = True  # False only for DTC, which is not a Power-EP energy
 
     def __init__(
@@ -246,7 +158,7 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
             )
         inference = _check_inference(inference, likelihood)
         if inference == "sites":
-            _check_site_data(likelihood, Y)
+            check_site_data(likelihood, Y)
         super().__init__(kernel, likelihood, mean_function, num_latent_gps=Y.shape[1])
         self.data = data_input_to_tensor((X, Y))
         self.num_data = X.shape[0]
@@ -254,200 +166,36 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
         self.inference = inference
         self.num_gauss_hermite_points = int(num_gauss_hermite_points)
 
-        if blocks is not None and block_size is not None:
-            raise ValueError("Pass either `blocks` or `block_size`, not both.")
-        if block_size is not None:
-            if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
-                raise TypeError(f"`block_size` must be an int, got {block_size!r}.")
-            if block_size < 1:
-                raise ValueError(f"`block_size` must be at least 1, got {block_size}.")
-            blocks = cluster_blocks(X, int(block_size), seed=seed)
-        self.blocks: list[np.ndarray] | None = None
-        if blocks is not None:
-            if inference != "closed_form":
-                raise ValueError(
-                    "Block (PITC-like) factors are implemented for Gaussian likelihoods with "
-                    "`inference='closed_form'` only; drop `blocks`/`block_size`."
-                )
-            index, mask = _block_layout(blocks, self.num_data)
-            self.blocks = [row[keep] for row, keep in zip(index, mask)]
-            self._block_index = tf.constant(index)
-            self._block_mask = tf.constant(mask)
-        self.alpha = _check_alpha(alpha, self.num_data, self.blocks, inference)
-
+        if inference != "closed_form" and (blocks is not None or block_size is not None):
+            raise ValueError(
+                "Block (PITC-like) factors are implemented for Gaussian likelihoods with "
+                "`inference='closed_form'` only; drop `blocks`/`block_size`."
+            )
+        self._layout = partition(X, blocks, block_size, seed)
+        self.blocks: tuple[np.ndarray, ...] | None = (
+            None if self._layout is None else self._layout.blocks
+        )
+        num_blocks = None if self.blocks is None else len(self.blocks)
+        self.alpha = check_alpha(alpha, self.num_data, num_blocks)
         if inference == "sites":
+            check_site_alpha(self.alpha)
             zeros = tf.zeros([self.num_data], dtype=default_float())
             self.site_precision = tf.Variable(zeros, trainable=False, name="site_precision")
             self.site_shift = tf.Variable(zeros, trainable=False, name="site_shift")
 
-    # ---------------------------------------------------------------------------------------
-    # shared pieces
-
-    def _alpha_tensor(self) -> tf.Tensor:
-        return tf.constant(self.alpha, dtype=default_float())
-
-    def _projection(self) -> _Projection:
-        X, _ = self.data
-        L = checked_cholesky(Kuu(self.inducing_variable, self.kernel, jitter=default_jitter()), KUU)
-        A0 = tf.linalg.triangular_solve(L, Kuf(self.inducing_variable, self.kernel, X))
-        residual = self.kernel(X, full_cov=False) - tf.reduce_sum(tf.square(A0), axis=0)
-        return _Projection(L, A0, tf.maximum(residual, 0))
-
-    @staticmethod
-    def _inner(A: tf.Tensor, shift: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """``LB = chol(I + A Aᵀ)`` and ``c = LB⁻¹ shift``."""
-        eye = tf.eye(tf.shape(A)[0], dtype=A.dtype)
-        LB = checked_cholesky(eye + tf.linalg.matmul(A, A, transpose_b=True), INNER)
-        return LB, tf.linalg.triangular_solve(LB, shift)
-
-    # ---------------------------------------------------------------------------------------
-    # Gaussian likelihood, closed form
-
-    def _gaussian_sites(self, projection: _Projection) -> _GaussianSites:
-        X, Y = self.data
-        error = Y - self.mean_function(X)
-        noise = self.likelihood.variance_at(X)[:, 0]
-        alpha = self._alpha_tensor()
-        if self.blocks is None:
-            precision_sqrt = tf.math.rsqrt(alpha * projection.residual + noise)
-            return _GaussianSites(
-                A=projection.A0 * precision_sqrt,
-                e=error * precision_sqrt[:, None],
-                log_det=-2 * tf.reduce_sum(tf.math.log(precision_sqrt)),
-                correction=tf.reduce_sum(power_correction(alpha, projection.residual / noise)),
-            )
-        return self._gaussian_block_sites(projection, error, noise, alpha)
-
-    def _gaussian_block_sites(
-        self, projection: _Projection, error: tf.Tensor, noise: tf.Tensor, alpha: tf.Tensor
-    ) -> _GaussianSites:
-        """Block factors, padded to a common size S: padding rows have D = 0 and unit noise."""
-        X, _ = self.data
-        index, mask = self._block_index, tf.cast(self._block_mask, default_float())
-        pair_mask = mask[:, :, None] * mask[:, None, :]
-        A0_blocks = tf.gather(tf.linalg.adjoint(projection.A0), index) * mask[..., None]
-        K_blocks = self.kernel(tf.gather(X, index))  # [B, S, S]
-        D_blocks = pair_mask * (K_blocks - tf.linalg.matmul(A0_blocks, A0_blocks, transpose_b=True))
-        noise_blocks = tf.gather(noise, index) * mask + (1 - mask)
-        block_alpha = alpha[:, None, None] if alpha.shape.rank == 1 else alpha
-        L_blocks = checked_cholesky(
-            block_alpha * D_blocks + tf.linalg.diag(noise_blocks),
-            "Λ_b = α_b D_bb + σ² I (a block factor)",
-        )
-        A_blocks = tf.linalg.triangular_solve(L_blocks, A0_blocks)  # [B, S, M]
-        e_blocks = tf.linalg.triangular_solve(L_blocks, tf.gather(error, index) * mask[..., None])
-        noise_sqrt = tf.sqrt(noise_blocks)
-        scaled = D_blocks / noise_sqrt[:, :, None] / noise_sqrt[:, None, :]
-        if np.all(self.alpha == 1):  # PITC: the correction vanishes, skip the eigenvalues
-            correction = tf.zeros([], dtype=scaled.dtype)
-        elif np.all(self.alpha == 0):
-            correction = 0.5 * tf.reduce_sum(tf.linalg.trace(scaled))
-        else:
-            eigenvalues = tf.maximum(tf.linalg.eigvalsh(scaled), 0)  # [B, S]
-            eigen_alpha = alpha[:, None] if alpha.shape.rank == 1 else alpha
-            correction = tf.reduce_sum(power_correction(eigen_alpha, eigenvalues))
-        num_inducing = tf.shape(projection.A0)[0]
-        return _GaussianSites(
-            A=tf.linalg.adjoint(tf.reshape(A_blocks, [-1, num_inducing])),
-            e=tf.reshape(e_blocks, [-1, tf.shape(error)[1]]),
-            log_det=2 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_blocks))),
-            correction=correction,
-        )
-
-    def _closed_form_log_marginal_likelihood(self) -> tf.Tensor:
-        projection = self._projection()
-        sites = self._gaussian_sites(projection)
-        LB, c = self._inner(sites.A, tf.linalg.matmul(sites.A, sites.e))
-        num_outputs = tf.cast(tf.shape(sites.e)[1], default_float())
-        num_data = tf.cast(self.num_data, default_float())
-        log_det = sites.log_det + 2 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LB)))
-        quad = tf.reduce_sum(tf.square(sites.e)) - tf.reduce_sum(tf.square(c))
-        objective = -0.5 * num_outputs * (num_data * np.log(2 * np.pi) + log_det) - 0.5 * quad
-        if self._includes_power_correction:
-            objective -= num_outputs * sites.correction
-        return objective
-
-    # ---------------------------------------------------------------------------------------
-    # sites
-
-    def _site_inner(self, projection: _Projection) -> tuple[tf.Tensor, tf.Tensor]:
-        A = projection.A0 * tf.sqrt(tf.maximum(self.site_precision, 0))
-        return self._inner(A, tf.linalg.matmul(projection.A0, self.site_shift[:, None]))
-
-    def _cavity(
-        self,
-        projection: _Projection,
-        LB: tf.Tensor,
-        c: tf.Tensor,
-        indices: tf.Tensor | None,
-    ) -> _Cavity:
-        """Cavities :math:`q_{\\setminus n}` of the points ``indices`` (all when ``None``)."""
-
-        def select(values: tf.Tensor, axis: int = 0) -> tf.Tensor:
-            return values if indices is None else tf.gather(values, indices, axis=axis)
-
-        alpha = select(tf.broadcast_to(self._alpha_tensor(), [self.num_data]))
-        precision, shift = select(self.site_precision), select(self.site_shift)
-        projected = tf.linalg.triangular_solve(LB, select(projection.A0, axis=1))
-        c_n = tf.reduce_sum(tf.square(projected), axis=0)
-        a_n = tf.linalg.matmul(projected, c, transpose_a=True)[:, 0]
-        s = 1 - alpha * precision * c_n
-        return _Cavity(
-            mean=(a_n - alpha * c_n * shift) / s,
-            variance=select(projection.residual) + c_n / s,
-            s=s,
-            c=c_n,
-            a=a_n,
-        )
-
-    def _tilted(self, cavity: _Cavity, indices: tf.Tensor | None) -> Any:
-        X, Y = self.data
-        if indices is not None:
-            X, Y = tf.gather(X, indices), tf.gather(Y, indices)
-        alpha = tf.broadcast_to(self._alpha_tensor(), [self.num_data])
-        if indices is not None:
-            alpha = tf.gather(alpha, indices)
-        return tilted_moments(
+    def _site_batch(self, indices: tf.Tensor | None) -> SiteBatch:
+        return site_batch(
+            self.kernel,
+            self.inducing_variable,
             self.likelihood,
-            X,
-            Y,
-            cavity.mean + self.mean_function(X)[:, 0],
-            cavity.variance,
-            alpha,
-            alpha_is_one=bool(np.all(self.alpha == 1)),
-            num_gauss_hermite_points=self.num_gauss_hermite_points,
-        )
-
-    def _site_log_marginal_likelihood(self, indices: tf.Tensor | None) -> tf.Tensor:
-        """The vectorised energy (spec §3.4), minibatch estimate when ``indices`` is given."""
-        projection = self._projection()
-        LB, c = self._site_inner(projection)
-        cavity = self._cavity(projection, LB, c, indices)
-        tilted = self._tilted(cavity, indices)
-        alpha, precision, shift = (
-            tf.broadcast_to(self._alpha_tensor(), [self.num_data]),
+            self.mean_function,
+            self.data,
+            self.alpha,
             self.site_precision,
             self.site_shift,
+            indices,
+            self.num_gauss_hermite_points,
         )
-        if indices is not None:
-            alpha, precision, shift = (tf.gather(t, indices) for t in (alpha, precision, shift))
-        local = (
-            tilted.log_normaliser / alpha
-            - tf.math.log(cavity.s) / (2 * alpha)
-            + (
-                precision * tf.square(cavity.a)
-                + alpha * tf.square(shift) * cavity.c
-                - 2 * shift * cavity.a
-            )
-            / (2 * cavity.s)
-        )
-        scale = 1.0
-        if indices is not None:
-            scale = tf.cast(self.num_data, local.dtype) / tf.cast(tf.size(indices), local.dtype)
-        global_terms = -tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LB))) + 0.5 * tf.reduce_sum(
-            tf.square(c)
-        )
-        return global_terms + scale * tf.reduce_sum(local)
 
     def sweep(
         self,
@@ -484,52 +232,12 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
             raise ValueError(f"`update` must be 'fractional' or 'full', got {update!r}.")
         if not 0 < damping <= 1:
             raise ValueError(f"`damping` must lie in (0, 1], got {damping!r}.")
-        projection = self._projection()
-        LB, c = self._site_inner(projection)
-        cavity = self._cavity(projection, LB, c, indices)
-        tilted = self._tilted(cavity, indices)
-        alpha = tf.broadcast_to(self._alpha_tensor(), [self.num_data])
-        precision, shift = self.site_precision, self.site_shift
-        if indices is not None:
-            alpha, precision, shift = (tf.gather(t, indices) for t in (alpha, precision, shift))
-        else:
-            precision, shift = tf.identity(precision), tf.identity(shift)
-        # The fraction q / q_cav of eqs. 106-107, as natural parameters: 1/v_new and g_new/v_new.
-        denominator = 1 + tilted.d2 * cavity.c / cavity.s
-        fraction_precision = -tilted.d2 / denominator
-        fraction_shift = (tilted.d1 - tilted.d2 * cavity.mean) / denominator
-        if update == "fractional":
-            new_precision = fraction_precision + (1 - alpha) * precision
-            new_shift = fraction_shift + (1 - alpha) * shift
-        else:
-            new_precision, new_shift = fraction_precision / alpha, fraction_shift / alpha
-        new_precision = damping * new_precision + (1 - damping) * precision
-        new_shift = damping * new_shift + (1 - damping) * shift
-        valid = (
-            (denominator > 0)
-            & (new_precision >= 0)
-            & tf.math.is_finite(new_precision)
-            & tf.math.is_finite(new_shift)
-        )
-        new_precision = tf.where(valid, new_precision, precision)
-        new_shift = tf.where(valid, new_shift, shift)
-        change = tf.reduce_max(
-            tf.abs(new_precision - precision) / (tf.abs(new_precision) + tf.abs(precision) + 1e-12)
-            + tf.abs(new_shift - shift) / (tf.abs(new_shift) + tf.abs(shift) + 1e-12)
-        )
-        if indices is None:
-            self.site_precision.assign(new_precision)
-            self.site_shift.assign(new_shift)
-        else:
-            self.site_precision.scatter_nd_update(indices[:, None], new_precision)
-            self.site_shift.scatter_nd_update(indices[:, None], new_shift)
+        new = site_update(self._site_batch(indices), damping, update)
+        assign_sites(self.site_precision, self.site_shift, new, indices)
         return {
-            "max_change": change,
-            "num_skipped": tf.reduce_sum(tf.cast(~valid, tf.int32)),
+            "max_change": new.max_change,
+            "num_skipped": tf.reduce_sum(tf.cast(~new.valid, tf.int32)),
         }
-
-    # ---------------------------------------------------------------------------------------
-    # public interface
 
     @check_shapes("return: []")
     def log_marginal_likelihood(self, indices: tf.Tensor | None = None) -> tf.Tensor:
@@ -546,8 +254,22 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
                         "The closed-form objective uses all data; `indices` is for "
                         "`inference='sites'`."
                     )
-                return self._closed_form_log_marginal_likelihood()
-            return self._site_log_marginal_likelihood(indices)
+                return collapsed_log_marginal_likelihood(
+                    self.kernel,
+                    self.inducing_variable,
+                    self.data,
+                    self.likelihood,
+                    self.mean_function,
+                    self.alpha,
+                    self._layout,
+                    include_power_correction=self._includes_power_correction,
+                )
+            batch = self._site_batch(indices)
+            if indices is None:
+                return site_log_marginal_likelihood(batch)
+            dtype = batch.alpha.dtype
+            scale = tf.cast(self.num_data, dtype) / tf.cast(tf.size(indices), dtype)
+            return site_log_marginal_likelihood(batch, scale)
 
     @inherit_check_shapes
     def maximum_log_likelihood_objective(self) -> tf.Tensor:  # type: ignore[override]
@@ -565,13 +287,19 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
         \\mathbf c,\\; L (L_B L_B^T)^{-1} L^T)`: from the closed-form fixed point (eq. 18 and §3.6)
         or from the current sites (eqs. 119-120).
         """
-        projection = self._projection()
         if self.inference == "closed_form":
-            sites = self._gaussian_sites(projection)
-            LB, c = self._inner(sites.A, tf.linalg.matmul(sites.A, sites.e))
-        else:
-            LB, c = self._site_inner(projection)
-        return projection.L, LB, c
+            return collapsed_posterior(
+                self.kernel,
+                self.inducing_variable,
+                self.data,
+                self.likelihood,
+                self.mean_function,
+                self.alpha,
+                self._layout,
+            )
+        return site_whitened_posterior(
+            self.kernel, self.inducing_variable, self.data[0], self.site_precision, self.site_shift
+        )
 
     @check_shapes(
         "return[0]: [M, R]",
@@ -588,9 +316,27 @@ class PowerEPSGP(ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixi
     def posterior(
         self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
     ) -> PowerEPPosterior:
-        """The posterior for (cached) predictions; see ``gpflow.models.SGPR.posterior``."""
+        """
+        The posterior for (cached) predictions, built from the model's parts (see
+        ``gpflow.models.SGPR.posterior``): its cache follows the kernel, likelihood and
+        inducing-variable parameters and, for ``inference="sites"``, the site variables.
+        """
+        sites = None
+        if self.inference == "sites":
+            sites = (self.site_precision, self.site_shift)
         with explain_cholesky_failure():
-            return PowerEPPosterior(self, precompute_cache=precompute_cache)
+            return PowerEPPosterior(
+                self.kernel,
+                self.data,
+                self.inducing_variable,
+                self.likelihood,
+                self.num_latent_gps,
+                self.mean_function,
+                alpha=None if sites is not None else self.alpha,
+                blocks=self.blocks,
+                sites=sites,
+                precompute_cache=precompute_cache,
+            )
 
     @inherit_check_shapes
     def predict_f(
@@ -620,51 +366,6 @@ def _check_inference(inference: str | None, likelihood: Likelihood) -> str:
             f"(a gpflow.likelihoods.ScalarLikelihood), got {type(likelihood).__name__}."
         )
     return inference
-
-
-def _check_site_data(likelihood: Likelihood, Y: np.ndarray) -> None:
-    if Y.shape[1] != 1:
-        raise ValueError(
-            f"Power-EP site updates model one output column; `data` Y has {Y.shape[1]}. "
-            "Fit one model per column."
-        )
-    if isinstance(likelihood, gpflow.likelihoods.Bernoulli):
-        labels = np.unique(Y)
-        if not np.all(np.isin(labels, (0, 1))):
-            hint = " Map ±1 labels with `(Y + 1) / 2`." if np.all(np.isin(labels, (-1, 1))) else ""
-            raise ValueError(
-                f"`data` Y must hold labels in {{0, 1}} for a Bernoulli likelihood, got "
-                f"{labels[:5].tolist()}.{hint}"
-            )
-
-
-def _check_alpha(
-    alpha: Any, num_data: int, blocks: list[np.ndarray] | None, inference: str
-) -> np.ndarray:
-    try:
-        array = np.array(alpha, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise TypeError(
-            f"`alpha` must be a number or an array of numbers, got {alpha!r}."
-        ) from error
-    allowed = [(), (num_data,)] if blocks is None else [(), (len(blocks),)]
-    if array.shape not in allowed:
-        what = "one per data point" if blocks is None else "one per block"
-        raise ValueError(
-            f"`alpha` must be a number or an array of shape {allowed[1]} ({what}), got shape "
-            f"{array.shape}."
-        )
-    if not np.all(np.isfinite(array)) or np.any(array < 0) or np.any(array > 1):
-        raise ValueError(
-            "`alpha` must lie in (0, 1] (α = 1 is FITC/EP, α → 0 is VFE; alpha=0 gives the "
-            f"exact VFE limit with a Gaussian likelihood), got {alpha!r}."
-        )
-    if inference == "sites" and np.any(array == 0):
-        raise ValueError(
-            "`alpha=0` (the VFE limit) is not a Power-EP site update; for a non-Gaussian "
-            "likelihood use gpflow.models.SVGP, or a small positive alpha."
-        )
-    return array
 
 
 class FITC(PowerEPSGP):

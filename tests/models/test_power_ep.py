@@ -1,6 +1,6 @@
 """
-PowerEPSGP with a Gaussian likelihood (closed form, spec/powerep.md §1-2, properties 1-14):
-against GPRFITC, SGPR, GPR and dense numpy formulas written from the spec.
+PowerEPSGP with a Gaussian likelihood (closed form; Bui, Yan & Turner 2017, §3.6-3.7, eq. 128,
+properties 1-14): against GPRFITC, SGPR, GPR and dense numpy formulas written from the paper.
 """
 
 import gpflow
@@ -407,8 +407,8 @@ def test_training_compiled_and_gradients(rng, blocks):
         loss = model.training_loss()
     gradients = tape.gradient(loss, model.trainable_variables)
     assert all(np.all(np.isfinite(g.numpy())) for g in gradients)
-    history = gpflow_tight.training.fit_scipy(model, maxiter=30, progress=False)
-    assert history[-1] < eager
+    result = gpflow_tight.training.fit_scipy(model, maxiter=30, progress=False)
+    assert result.history[-1] < eager
 
 
 def test_gradient_at_alpha_zero_is_finite(rng):
@@ -454,6 +454,65 @@ def test_checkpoint_round_trip(rng, tmp_path):
         model.log_marginal_likelihood().numpy(),
         rtol=1e-13,
     )
+
+
+def block_model_factory(rng):
+    """Builds PowerEPSGP with blocks and per-block powers, on the same data at every call."""
+    X, Y, Z = make_problem(rng)
+    blocks = random_partition(rng, len(X), 4)
+    alphas = [0.2, 0.5, 0.0, 1.0]
+    return lambda: PowerEPSGP(
+        (X, Y), kernel(), Z, alpha=alphas, noise_variance=NOISE, blocks=blocks
+    )
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("alpha", 0.3),
+        ("blocks", None),
+        ("inference", "sites"),
+        ("num_gauss_hermite_points", 20),
+        ("num_data", 10),
+    ],
+)
+def test_settings_are_fixed_at_construction(rng, name, value):
+    """A compiled loss would keep the old setting, so changing one is refused."""
+    model = block_model_factory(rng)()
+    loss = model.training_loss_closure(compile=True)
+    before = loss().numpy()
+    with pytest.raises(AttributeError, match=rf"`{name}` of PowerEPSGP.*new model"):
+        setattr(model, name, value)
+    with pytest.raises(ValueError, match="read-only"):
+        model.alpha[0] = 0.9
+    with pytest.raises(ValueError, match="read-only"):
+        model.blocks[0][0] = model.blocks[1][0]
+    with pytest.raises(TypeError):
+        model.blocks[0] = np.arange(3)
+    assert loss().numpy() == before
+
+
+def test_checkpoint_holds_the_parameters_and_a_model_with_the_same_settings_restores_them(
+    rng, tmp_path
+):
+    make = block_model_factory(rng)
+    model = make()
+    gpflow_tight.training.fit_scipy(model, maxiter=10, progress=False)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    saved = [name for name, _ in tf.train.list_variables(path)]
+    assert not any("alpha" in name or "block" in name for name in saved)
+    restored = make()  # the same data and settings
+    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+    assert len(restored.variables) == len(model.variables) > 0
+    for got, expected in zip(restored.variables, model.variables):
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    np.testing.assert_array_equal(restored.alpha, model.alpha)
+    for got, expected in zip(restored.blocks, model.blocks):
+        np.testing.assert_array_equal(got, expected)
+    assert restored.log_marginal_likelihood().numpy() == model.log_marginal_likelihood().numpy()
+    Xnew = rng.uniform(-4, 4, (5, 2))
+    for got, expected in zip(restored.predict_f(Xnew, True), model.predict_f(Xnew, True)):
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
 
 
 # --- bad input ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """
-PowerEPSGP with Power-EP site updates (spec/powerep.md §3, properties 10-11 and 15-21): the
-energy against its per-point definition, the Gaussian case against the closed form, probit
-classification against textbook EP and the SVGP ELBO, and the tilted moments against scipy.
+PowerEPSGP with Power-EP site updates (Bui et al. 2017, §3.4 and App. F; properties 10-11 and
+15-21): the energy against its per-point definition, the Gaussian case against the closed form,
+probit classification against textbook EP and the SVGP ELBO, and the tilted moments against
+scipy.
 """
 
 import gpflow
@@ -83,7 +84,7 @@ def test_one_full_sweep_reaches_the_closed_form(rng, alpha):
 
 
 def test_fractional_updates_converge_geometrically(rng):
-    """Spec §3.2 note on (f): after k sweeps from τ = 0, τ^(k) = τ* (1 - (1 - α)^k)."""
+    """Fractional updates (eqs. 108-109): after k sweeps from τ = 0, τ^(k) = τ* (1 - (1 - α)^k)."""
     X, Y, Z = regression_problem(rng)
     alpha = 0.3
     model = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE, inference="sites")
@@ -385,6 +386,19 @@ def test_checkpoint_restores_sites_and_optimiser_state(rng, tmp_path):
         model.log_marginal_likelihood().numpy(),
         rtol=1e-13,
     )
+
+
+def test_site_settings_are_fixed_at_construction(rng):
+    """alpha and the quadrature decide the compiled sweep; the sites are state."""
+    X, Y, Z = classification_problem(rng)
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=0.5, likelihood=gpflow.likelihoods.Bernoulli())
+    for name, value in (("alpha", 1.0), ("num_gauss_hermite_points", 20), ("inference", "x")):
+        with pytest.raises(AttributeError, match=rf"`{name}`.*new model"):
+            setattr(model, name, value)
+    with pytest.raises(ValueError, match="read-only"):
+        model.alpha[...] = 1.0
+    assert model.alpha == 0.5
+    assert {v.name for v in model.variables} >= {"site_precision:0", "site_shift:0"}
 
 
 def test_compiled_sweep_and_energy_match_eager(rng):
