@@ -37,6 +37,7 @@ DOCS = Path(__file__).resolve().parent
 root_doc = "docs/index"
 include_patterns = [
     "README.md",
+    "CONTRIBUTING.md",
     "docs/*.md",
     "docs/*.rst",
     "notebooks/*.pct.py",

@@ -109,7 +109,8 @@ print(f"{data_name}: Y {Y.shape}, class counts {np.bincount(labels)}")
 # a random subset of the initial latent means; latent means initialised by PCA (scaled to unit
 # variance, like the prior), latent variances 0.1, noise variance 0.01. Both models are trained
 # with L-BFGS (`gpflow.optimizers.Scipy`) for at most the same number of iterations, from the
-# same initial values; `fit_scipy` records the loss, $-\mathrm{ELBO}$, after each iteration.
+# same initial values; `fit_scipy` returns scipy's result (did L-BFGS converge?) with the loss,
+# $-\mathrm{ELBO}$, after each iteration in `result.history`.
 
 # %%
 LATENT_DIM = 5
@@ -132,16 +133,17 @@ def build(model_class, **kwargs):
     return model
 
 
-models, traces, seconds = {}, {}, {}
+models, traces, converged, seconds = {}, {}, {}, {}
 for name, model_class in [
     ("BayesianGPLVM", gpflow.models.BayesianGPLVM),
     ("TightBayesianGPLVM", gpflow_tight.TightBayesianGPLVM),
 ]:
     models[name] = build(model_class)
     start = time.perf_counter()
-    traces[name] = fit_scipy(models[name], maxiter=MAXITER, progress=False)
+    result = fit_scipy(models[name], maxiter=MAXITER, progress=False)
     seconds[name] = time.perf_counter() - start
-    print(f"{name:20s} {len(traces[name]):5d} L-BFGS iterations, {seconds[name]:6.1f} s")
+    traces[name], converged[name] = result.history, bool(result.success)
+    print(f"{name:20s} {result.nit:5d} L-BFGS iterations, {seconds[name]:6.1f} s: {result.message}")
 
 # %% [markdown]
 # Both objectives are lower bounds on the same $\log p(Y)$, but the two optimisations can end in
@@ -156,9 +158,10 @@ gpflow.utilities.multiple_assign(
     models[name], gpflow.utilities.parameter_dict(models["BayesianGPLVM"])
 )
 start = time.perf_counter()
-traces[name] = fit_scipy(models[name], maxiter=MAXITER, progress=False)
+result = fit_scipy(models[name], maxiter=MAXITER, progress=False)
 seconds[name] = time.perf_counter() - start
-print(f"{name} {len(traces[name])} L-BFGS iterations, {seconds[name]:.1f} s")
+traces[name], converged[name] = result.history, bool(result.success)
+print(f"{name} {result.nit} L-BFGS iterations, {seconds[name]:.1f} s: {result.message}")
 
 # %% [markdown]
 # ## The bounds at the final parameters
@@ -387,6 +390,7 @@ results = {
     "num_inducing": NUM_INDUCING,
     "maxiter": MAXITER,
     "iterations": {name: len(trace) for name, trace in traces.items()},
+    "converged": converged,
     "seconds": seconds,
     "bounds": bounds,
     "own_elbo": own,

@@ -33,7 +33,8 @@
 # and `Kuf` dispatchers return $C_{vv}$ (plus jitter) and $C_{vf}$ for it, so to GPflow it is
 # just another inducing variable of $f$.
 #
-# Two facts shape what follows (`spec/solve.md` §0):
+# Two facts shape what follows (both derived in
+# [docs/solve.md](../docs/solve.md#derivations); neither is in the thesis):
 #
 # * with the optimal $q$, the predictive **mean** is exactly that of `SGPR` on the union
 #   $Z_u \cup Z_v$; only the variance differs;
@@ -229,8 +230,8 @@ plt.close(fig)
 # ## The bounds
 #
 # At SOLVEGPR's fitted parameters (kernel, noise, $Z_u$, $Z_v$), every objective below is a
-# lower bound on the same exact $\log p(\mathbf y)$ (GPR, bottom row). Expected (spec §2.3,
-# §3.3):
+# lower bound on the same exact $\log p(\mathbf y)$ (GPR, bottom row). Expected (see
+# [the derivations](../docs/solve.md#derivations)):
 #
 # $$\text{SGPR}(Z_u) \le \mathcal L_{\rm solve} = \mathcal L_{\rm thesis} - \Delta \le
 # \mathcal L_{\rm thesis} = \text{SGPR}(Z_u \cup Z_v) \le \log p(\mathbf y),$$
