@@ -10,7 +10,8 @@ the ``TF_CONFIG`` environment variable, for example on two machines (or two proc
                 "task": {"type": "worker", "index": 1}}' python multi_worker_training.py
 
 Without ``TF_CONFIG`` it trains on this machine alone, with the same global batches, and reaches
-the same parameters: ``tests/test_distribute.py`` runs both and compares them. The steps:
+the same parameters: ``tests/integration/test_distribute.py`` runs both and compares them. The
+steps:
 
 1. Create the strategy first, before any other TensorFlow call.
 2. Build the model and compile the Keras adaptor inside ``strategy.scope()``; parameters that

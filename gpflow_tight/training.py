@@ -3,7 +3,9 @@ Training helpers used by the demo, the benchmarks and the notebooks: L-BFGS thro
 ``gpflow.optimizers.Scipy`` for collapsed models, Adam under ``tf.function`` with ``tf.data``
 minibatches for any model, and Power-EP site sweeps alternated with Adam steps for
 :class:`~gpflow_tight.PowerEPSGP` with site inference. All show a tqdm progress bar
-(``progress=False`` switches it off) and return the loss history.
+(``progress=False`` switches it off). :func:`fit_scipy` returns scipy's ``OptimizeResult`` (check
+``result.success``; the loss history is ``result.history``), :func:`fit_adam` the loss history,
+and the Power-EP helpers a :class:`PowerEPTrace`.
 """
 
 from collections.abc import Callable, Iterator
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import gpflow
 import numpy as np
+import scipy.optimize
 import tensorflow as tf
 from gpflow.keras import tf_keras
 from gpflow.models import ExternalDataTrainingLossMixin
@@ -31,13 +34,21 @@ def fit_scipy(
     maxiter: int = 1000,
     progress: bool = True,
     **scipy_kwargs: Any,
-) -> list[float]:
+) -> scipy.optimize.OptimizeResult:
     """
-    Minimise ``model.training_loss`` with L-BFGS-B (``gpflow.optimizers.Scipy``).
+    Minimise ``model.training_loss`` with L-BFGS-B (``gpflow.optimizers.Scipy``), leaving the
+    model at the optimiser's final point.
 
     :param data: the full training data for models that take it (e.g. SVGP); ``None`` for
         models that hold their data (SGPR, TightSGPR).
-    :return: the loss after each iteration.
+    :param maxiter: the most L-BFGS-B iterations.
+    :param scipy_kwargs: passed on to ``scipy.optimize.minimize`` (e.g. ``tol``, ``method``).
+    :return: scipy's ``OptimizeResult``, so that convergence is visible: ``result.success``
+        (``False`` when, for example, ``maxiter`` stopped the run), ``result.message``,
+        ``result.nit`` (iterations), ``result.fun`` (the final loss). Its extra field
+        ``result.history`` is the list of losses (floats) after each iteration, at that
+        iteration's point: ``len(result.history) == result.nit`` for L-BFGS-B, and
+        ``result.history[-1]`` is ``result.fun`` (up to round-off) when ``nit > 0``.
     """
     loss: Callable[[], tf.Tensor]
     if isinstance(model, ExternalDataTrainingLossMixin):
@@ -51,35 +62,62 @@ def fit_scipy(
     with tqdm(total=maxiter, desc=type(model).__name__, disable=not progress) as bar:
 
         def record(step: int, variables: Any, values: Any) -> None:
+            # the loss at this iteration's point, which need not be the last point evaluated
+            for variable, value in zip(variables, values):
+                variable.assign(value)
             history.append(float(compiled_loss().numpy()))
             bar.set_postfix(loss=f"{history[-1]:.4g}", refresh=False)
             bar.update(1)
 
         with explain_cholesky_failure():
-            gpflow.optimizers.Scipy().minimize(
+            result = gpflow.optimizers.Scipy().minimize(
                 loss,
                 model.trainable_variables,
                 options=dict(maxiter=maxiter),
                 step_callback=record,
                 **scipy_kwargs,
             )
-    return history
+        bar.set_postfix_str(
+            f"loss={result.fun:.4g}, {'converged' if result.success else 'NOT converged'}"
+        )
+    result.history = history
+    return result
 
 
 def minibatches(data: tuple[np.ndarray, ...], batch_size: int, seed: int = 0) -> tf.data.Dataset:
     """
-    An endless ``tf.data`` stream of minibatches of ``data``: reshuffled each epoch, or the whole
-    data in every element when ``batch_size`` is at least the number of points.
+    An endless ``tf.data`` stream of minibatches of ``data``: the stream of rows is a sequence
+    of uniformly random permutations of the whole data set (one per epoch, reproducible from
+    ``seed``), cut into batches of ``batch_size`` (a batch can span two epochs, so no row is
+    dropped). When ``batch_size`` is at least the number of points, every element is the whole
+    data in its original order.
+
+    Each epoch's permutation is one ``tf.random.experimental.stateless_shuffle`` of the row
+    indices (8 bytes per row), and each batch gathers its rows from ``data``. A
+    ``Dataset.shuffle`` buffer would need to hold every row to give a uniform permutation (a
+    smaller buffer only mixes rows that are close in the data's order), that is a second copy of
+    the data plus per-element overhead, refilled one element at a time at the start of each
+    epoch.
     """
     num_data = len(data[0])
-    dataset = tf.data.Dataset.from_tensor_slices(data)
+    tensors = tuple(tf.convert_to_tensor(x) for x in data)
     if batch_size >= num_data:  # full batch: every step sees each point exactly once
-        return dataset.batch(num_data).repeat()
-    # shuffle before repeat, so that each epoch is a permutation of the data
+        return tf.data.Dataset.from_tensors(tensors).repeat()
+
+    def permutation(epoch: tf.Tensor) -> tf.Tensor:
+        seed_pair = tf.stack([tf.constant(seed, tf.int64), epoch])
+        return tf.random.experimental.stateless_shuffle(
+            tf.range(num_data, dtype=tf.int64), seed_pair
+        )
+
+    def gather(rows: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        return tuple(tf.gather(x, rows) for x in tensors)
+
     return (
-        dataset.shuffle(min(num_data, 10_000), seed=seed, reshuffle_each_iteration=True)
-        .repeat()
-        .batch(batch_size, drop_remainder=True)
+        tf.data.Dataset.counter()
+        .map(permutation)
+        .rebatch(batch_size, drop_remainder=True)
+        .map(gather)
         .prefetch(tf.data.AUTOTUNE)
     )
 

@@ -1,4 +1,7 @@
-"""Test habits copied from GPflow: shape checks forced on, fixed seeds."""
+"""
+Test habits copied from GPflow: shape checks forced on, fixed seeds. Also: a test fails when
+AutoGraph silently falls back to running a function as plain Python (``tests/autograph_check.py``).
+"""
 
 import os
 
@@ -8,6 +11,10 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from check_shapes import ShapeCheckingState, get_enable_check_shapes, set_enable_check_shapes  # noqa: E402
+
+from tests.autograph_check import catch_autograph_fallbacks, failure_message  # noqa: E402
+
+pytest_plugins = ["pytester"]  # tests/test_conftest.py runs a deliberate failure in a sandbox
 
 
 @pytest.fixture(autouse=True)
@@ -30,3 +37,16 @@ def float64_and_default_jitter():
 @pytest.fixture
 def rng():
     return np.random.default_rng(20251121)
+
+
+@pytest.fixture(autouse=True)
+def fail_on_autograph_fallback():
+    """
+    Fail the test (at teardown, with TensorFlow's message) if AutoGraph logged "could not
+    transform" during it. Yields the list of messages, so that a test that triggers the
+    fallback on purpose can inspect and clear it.
+    """
+    with catch_autograph_fallbacks() as messages:
+        yield messages
+    if messages:
+        pytest.fail(failure_message(messages), pytrace=False)

@@ -1,7 +1,7 @@
 """
 Properties that every model of the package must have, over the list in tests/model_zoo.py:
 saving and restoring with ``tf.train.Checkpoint`` loses nothing, including the optimiser state
-for resumed training.
+for resumed training. (Serving in a process without GPflow: tests/integration/test_saved_model.py.)
 """
 
 import inspect
@@ -10,7 +10,6 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
-from check_shapes import ShapeCheckingState, set_enable_check_shapes
 from gpflow.keras import tf_keras
 
 import gpflow_tight
@@ -63,57 +62,6 @@ def test_checkpoint_round_trip_resumes_training_exactly(name, tmp_path):
     restored_optimizer.minimize(restored_loss, restored.trainable_variables)
     for got, expected in zip(_state(restored), _state(model)):
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
-
-
-LOAD_WITHOUT_GPFLOW = """
-import pathlib, sys, numpy as np, tensorflow as tf
-for case in sorted(pathlib.Path(sys.argv[1]).glob("*.npz")):
-    inputs = np.load(case)
-    loaded = tf.saved_model.load(str(case.with_suffix("")))
-    X, Y = inputs["X"], inputs["Y"]
-    f_mean, f_var = loaded.predict_f(X)
-    y_mean, y_var = loaded.predict_y(X)
-    density = loaded.predict_log_density(X, Y)
-    np.savez(case.with_suffix(".out.npz"), f_mean=f_mean, f_var=f_var, y_mean=y_mean,
-             y_var=y_var, log_density=density)
-assert "gpflow" not in sys.modules and "gpflow_tight" not in sys.modules
-"""
-
-
-def test_exported_predictions_load_without_gpflow(tmp_path):
-    """Every model's predictions reload and agree in a process that imports TensorFlow only."""
-    import subprocess
-    import sys
-
-    from gpflow_tight.serving import export_predictions
-
-    # Tracing with shape checks on takes four times longer; they are tested elsewhere.
-    set_enable_check_shapes(ShapeCheckingState.DISABLED)
-    expected = {}
-    for name, make in sorted(MODEL_FACTORIES.items()):
-        model, _ = make(np.random.default_rng(5))
-        latent = name in ("TightBayesianGPLVM", "MinibatchBayesianGPLVM")
-        rng = np.random.default_rng(6)
-        Xnew = rng.uniform(0, 6, (7, 2 if latent else 1))
-        Ynew = rng.standard_normal((7, 3 if latent else 1))
-        if name == "PowerEPSGP-sites":
-            Ynew = (Ynew > 0).astype(float)
-        export_predictions(model, str(tmp_path / name), input_dim=Xnew.shape[1])
-        np.savez(tmp_path / f"{name}.npz", X=Xnew, Y=Ynew)
-        expected[name] = (
-            *model.predict_f(Xnew),
-            *model.predict_y(Xnew),
-            model.predict_log_density((Xnew, Ynew)),
-        )
-
-    script = tmp_path / "load.py"
-    script.write_text(LOAD_WITHOUT_GPFLOW)
-    subprocess.run([sys.executable, str(script), str(tmp_path)], check=True)
-    keys = ("f_mean", "f_var", "y_mean", "y_var", "log_density")
-    for name, values in expected.items():
-        got = np.load(tmp_path / f"{name}.out.npz")
-        for key, value in zip(keys, values):
-            np.testing.assert_allclose(got[key], value, rtol=1e-10, err_msg=f"{name} {key}")
 
 
 def test_export_rejects_a_bad_input_dim(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
-from gpflow.base import InputData, MeanAndVariance, RegressionData
+from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
 from gpflow.config import default_jitter
 from gpflow.models import SGPR
 from gpflow.posteriors import PrecomputeCacheType, SGPRPosterior
@@ -40,7 +40,9 @@ class RelaxedSGPR(ExplainsCholeskyFailures, ConstructorOnly, SGPR):
 
     :param relaxation: ``"none"`` (:math:`m_n = 1`: exactly ``gpflow.models.SGPR``),
         ``"optimal"`` (:math:`m_n = \\sigma_n^2/(d_n + \\sigma_n^2)`, the T-SGPR bound, eq. 9),
-        ``"beta"`` or ``"free"``, or a :class:`~gpflow_tight.relaxation.Relaxation`.
+        ``"beta"`` (one :math:`\\beta`, by default the noise variance, where it is optimal) or
+        ``"free"``, or a :class:`~gpflow_tight.relaxation.Relaxation`.
+    :param beta: initial :math:`\\beta` for ``relaxation="beta"``.
     :param exact_predictive_variance: make :meth:`predict_f` (and so ``predict_y`` and
         ``predict_log_density``) add the two :math:`O(N^3)` terms of eq. 12 that the default
         prediction drops (see :meth:`exact_variance_correction`); for small N only. Fixed at
@@ -59,16 +61,22 @@ class RelaxedSGPR(ExplainsCholeskyFailures, ConstructorOnly, SGPR):
         data: RegressionData,
         *args: Any,
         relaxation: str | Relaxation | None = None,
+        beta: Any = None,
         exact_predictive_variance: bool = False,
         **kwargs: Any,
     ) -> None:
         X, _ = check_regression_data(data)
         super().__init__(data, *args, **kwargs)
+        relaxation = self._default_relaxation if relaxation is None else relaxation
+        variance = getattr(self.likelihood, "variance", None)
+        if relaxation == "beta" and beta is None and isinstance(variance, Parameter):
+            beta = variance.numpy()  # the optimum for a constant noise variance
         self.relaxation = as_relaxation(
-            self._default_relaxation if relaxation is None else relaxation,
+            relaxation,
             allowed=self._relaxations,
             model=type(self).__name__,
             num_data=X.shape[0],
+            beta=beta,
         )
         self.exact_predictive_variance = bool(exact_predictive_variance)
 

@@ -140,10 +140,10 @@ def test_scipy_training_improves_bound_and_stays_below_gpr(rng):
     X, Y, Z = make_problem(rng)
     _, tight = models(X, Y, Z)
     before = tight.elbo().numpy()
-    history = gpflow_tight.training.fit_scipy(tight, maxiter=50, progress=False)
+    result = gpflow_tight.training.fit_scipy(tight, maxiter=50, progress=False)
     after = tight.elbo().numpy()
     assert after > before
-    assert history[-1] == pytest.approx(-after, rel=1e-8)
+    assert result.history[-1] == pytest.approx(-after, rel=1e-8)
     gpr = gpflow.models.GPR((X, Y), tight.kernel, likelihood=tight.likelihood)
     assert after <= gpr.log_marginal_likelihood().numpy()
 

@@ -10,7 +10,7 @@ import numpy as np
 
 import gpflow_tight
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.pct.py"))
 
 

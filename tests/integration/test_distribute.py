@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from tests.test_keras import EXTERNAL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 MIRRORED = """
 import sys
