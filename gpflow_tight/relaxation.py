@@ -170,7 +170,7 @@ class BetaRelaxation(Relaxation):
                 f"`beta` must be a scalar or have one value per latent GP ({num_latent}), got "
                 f"shape {array.shape}."
             )
-        values = np.broadcast_to(array, (num_latent,)).astype(default_float())
+        values: np.ndarray = np.broadcast_to(array, (num_latent,)).astype(default_float())
         self.beta = Parameter(values, transform=positive(), name="beta")
 
     def weights(self, residual: tf.Tensor, noise_variance: tf.Tensor | None = None) -> tf.Tensor:
@@ -201,7 +201,7 @@ class FreeRelaxation(Relaxation):
                 "relaxation='free' has one m_n per training point: pass `num_data` (the number "
                 "of training points)."
             )
-        ones = np.ones((int(num_data), num_latent), dtype=default_float())
+        ones: np.ndarray = np.ones((int(num_data), num_latent), dtype=default_float())
         self.m = Parameter(ones, transform=positive(), name="m")
 
     def weights(self, residual: tf.Tensor, noise_variance: tf.Tensor | None = None) -> tf.Tensor:

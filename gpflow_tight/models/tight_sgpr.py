@@ -52,7 +52,7 @@ class RelaxedSGPR(ExplainsCholeskyFailures, ConstructorOnly, SGPR):
     works). Subclasses change the inducing set through :meth:`projection`.
     """
 
-    _constructor_only = ("relaxation", "exact_predictive_variance")
+    _constructor_only: tuple[str, ...] = ("relaxation", "exact_predictive_variance")
     _default_relaxation = "none"
     _relaxations = ("none", "optimal", "beta", "free")
 

@@ -59,7 +59,7 @@ class RelaxedSVGP(ExplainsCholeskyFailures, ConstructorOnly, SVGP):
     :meth:`latent_marginals_with_residual`.
     """
 
-    _constructor_only = ("relaxation",)
+    _constructor_only: tuple[str, ...] = ("relaxation",)
     _default_relaxation = "none"
     _relaxations = ("none", "beta", "free", "optimal")
 

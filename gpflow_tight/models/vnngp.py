@@ -15,19 +15,18 @@ from gpflow.kernels import Kernel
 from gpflow.likelihoods import Likelihood
 from gpflow.mean_functions import MeanFunction
 from gpflow.models import ExternalDataTrainingLossMixin, GPModel
-from gpflow.posteriors import AbstractPosterior, PrecomputeCacheType, PrecomputedValue
+from gpflow.posteriors import PrecomputeCacheType
 from gpflow.utilities import positive
 
-from ..neighbors import nearest_neighbors, sequential_nearest_neighbors
-from ..validation import check_batch, checked_cholesky
-from .base import ExplainsCholeskyFailures
+from ..neighbors import graph_nearest_neighbors, nearest_neighbors, sequential_nearest_neighbors
+from ..posteriors import VNNGPPosterior
+from ..validation import check_batch
+from .base import ConstructorOnly, ExplainsCholeskyFailures
 
 __all__ = ["VNNGP", "VNNGPPosterior"]
 
-NEIGHBOURS = "K_nn (the covariance of a point's nearest inducing points)"
 
-
-class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
+class VNNGP(ExplainsCholeskyFailures, ConstructorOnly, GPModel, ExternalDataTrainingLossMixin):
     """
     Variational nearest-neighbour GP :cite:p:`wu2022variational`: a mean-field
     :math:`q(\\mathbf u) = \\prod_j \\mathcal N(u_j; m_j, s_j)` against the nearest-neighbour
@@ -47,12 +46,16 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
     - Data batches are ``(X, Y)`` or ``(X, Y, neighbors)``, where ``neighbors`` [B, K] are the
       rows of ``model.neighbors(X)``, computed once for the training inputs (with
       ``scipy.spatial.cKDTree``; use :meth:`training_data` to build the triple). Without them the
-      nearest inducing points are found in the graph by brute force, :math:`O(BM)`.
+      nearest inducing points are found in the graph by
+      :func:`~gpflow_tight.neighbors.graph_nearest_neighbors`, :math:`O(BMD)` time and
+      :math:`O(BK)` memory; both searches break ties towards the lower row of Z.
     - ``inducing_batch_size`` (default: all M, the exact KL every step) samples that many
       inducing points uniformly with replacement for an unbiased KL estimate (eq. 19); an
       explicit ``inducing_indices`` argument of :meth:`elbo` overrides it.
-    - Predictions use the ``num_neighbors_predict`` (default ``num_neighbors``) nearest inducing
-      points of each test input (spec §2), in chunks of ``prediction_batch_size`` rows.
+    - Predictions (:meth:`posterior`, a :class:`~gpflow_tight.posteriors.VNNGPPosterior`) use
+      the ``num_neighbors_predict`` (default ``num_neighbors``) nearest inducing points of each
+      test input (eqs. 9, 25), found by the same graph search eagerly, under ``tf.function`` and
+      in an exported SavedModel, in chunks of ``prediction_batch_size`` rows.
     - The same jitter (``gpflow.config.default_jitter()``) is added to every neighbour block and
       to :math:`F_j`, so the prior is exactly the Vecchia approximation of
       :math:`K_{ZZ} + \\epsilon I`.
@@ -62,6 +65,11 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
     whiten=False)``. If the inducing inputs move, call :meth:`update_neighbors` (and recompute
     the data neighbours).
 
+    ``num_neighbors``, ``num_neighbors_predict``, ``inducing_batch_size``,
+    ``prediction_batch_size``, ``num_data`` and ``ordering`` are fixed at construction:
+    compiled functions would keep the values they were traced with, so assigning them raises
+    an ``AttributeError``; build a new model instead.
+
     :param inducing_variable: inducing inputs [M, D] (an array or ``InducingPoints``); they are
         not trained by default (``trainable=False``), as in the paper.
     :param num_neighbors: K, 1 ≤ K ≤ M - 1.
@@ -69,6 +77,15 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
     :param q_mu: initial means [M, L] (default 0); ``q_sqrt``: standard deviations [M, L]
         (default 1).
     """
+
+    _constructor_only = (
+        "num_neighbors",
+        "num_neighbors_predict",
+        "inducing_batch_size",
+        "prediction_batch_size",
+        "num_data",
+        "ordering",
+    )
 
     def __init__(
         self,
@@ -158,23 +175,16 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         self._prior_mask.assign(masks)
 
     def neighbors(self, X: np.ndarray, k: int | None = None) -> np.ndarray:
-        """Rows [N, k] of the ``k`` (default ``num_neighbors_predict``) nearest inducing inputs."""
+        """
+        Rows [N, k] of the ``k`` (default ``num_neighbors_predict``) nearest inducing inputs,
+        nearest first, from a k-d tree (eagerly, once); the same as the graph search's.
+        """
         k = self.num_neighbors_predict if k is None else k
         return nearest_neighbors(self.inducing_variable.Z.numpy(), np.asarray(X, float), k)
 
     def training_data(self, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(X, Y, neighbors)`` for :meth:`elbo`: the neighbours are looked up once."""
         return np.asarray(X), np.asarray(Y), self.neighbors(X)
-
-    def _graph_neighbors(self, X: tf.Tensor) -> tf.Tensor:
-        """Brute-force nearest inducing inputs inside the graph, :math:`O(BM)`."""
-        Z = self.inducing_variable.Z
-        distances = (
-            tf.reduce_sum(tf.square(X), 1)[:, None]
-            - 2 * tf.linalg.matmul(X, Z, transpose_b=True)
-            + tf.reduce_sum(tf.square(Z), 1)[None, :]
-        )
-        return tf.math.top_k(-distances, k=self.num_neighbors_predict).indices
 
     def _check_input_dim(self, X: Any, name: str) -> None:
         expected = self.inducing_variable.Z.shape[-1]
@@ -187,26 +197,6 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
 
     # ---------------------------------------------------------------------------------------
     # conditionals
-
-    def _conditional_on_neighbors(
-        self, X: tf.Tensor, neighbors: tf.Tensor, mask: tf.Tensor | None = None
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        """
-        For each row x of ``X`` and its neighbour set (masked entries are ignored):
-        :math:`\\mathbf a = (K_{nn} + \\epsilon I)^{-1}\\mathbf k_{nx}` [B, K] and
-        :math:`c = k_{xx} - \\mathbf k_{nx}^T \\mathbf a` [B].
-        """
-        Z_neighbors = tf.gather(self.inducing_variable.Z, neighbors)  # [B, K, D]
-        joint = self.kernel(tf.concat([Z_neighbors, X[:, None, :]], axis=1))  # [B, K+1, K+1]
-        K_nn, k_nx, k_xx = joint[:, :-1, :-1], joint[:, :-1, -1], joint[:, -1, -1]
-        eye = tf.eye(tf.shape(K_nn)[-1], dtype=K_nn.dtype)
-        if mask is not None:  # padded neighbours: identity rows and columns, no covariance
-            m = tf.cast(mask, K_nn.dtype)
-            K_nn = K_nn * m[:, :, None] * m[:, None, :] + eye * (1 - m[:, :, None])
-            k_nx = k_nx * m
-        L = checked_cholesky(K_nn + default_jitter() * eye, NEIGHBOURS)
-        a = tf.linalg.cholesky_solve(L, k_nx[..., None])[..., 0]
-        return a, k_xx - tf.reduce_sum(k_nx * a, axis=-1)
 
     def _q_rows(self, indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """
@@ -226,7 +216,8 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
 
     def _q_g(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
         """Eq. 25 without the mean function at X: the marginals of q(f) - μ(X), [B, L] each."""
-        a, c = self._conditional_on_neighbors(X, neighbors)
+        Z = self.inducing_variable.Z
+        a, c = VNNGPPosterior.conditional_on_neighbors(self.kernel, Z, X, neighbors)
         residual, variances = self._q_rows(neighbors)  # [B, K, L]
         mean = tf.einsum("bk,bkl->bl", a, residual)
         return mean, c[:, None] + tf.einsum("bk,bkl->bl", tf.square(a), variances)
@@ -237,22 +228,9 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         return mean + self.mean_function(X), var
 
     def predict_g(self, Xnew: InputData) -> MeanAndVariance:
-        """
-        The marginals of q(f*) - μ(x*) from the ``num_neighbors_predict`` nearest inducing
-        points. Eagerly, the neighbours come from a k-d tree and the work is split into chunks
-        of ``prediction_batch_size`` rows; inside ``tf.function`` they are found by brute force.
-        """
+        """The marginals of q(f*) - μ(x*) (eq. 25 without the mean function), [N*, L] each."""
         self._check_input_dim(Xnew, "Xnew")
-        if not tf.executing_eagerly():
-            return self._q_g(Xnew, self._graph_neighbors(Xnew))
-        Xnew = np.asarray(Xnew)
-        means, variances = [], []
-        for start in range(0, max(len(Xnew), 1), self.prediction_batch_size):
-            chunk = Xnew[start : start + self.prediction_batch_size]
-            mean, var = self._q_g(tf.constant(chunk, default_float()), self.neighbors(chunk))
-            means.append(mean)
-            variances.append(var)
-        return tf.concat(means, 0), tf.concat(variances, 0)
+        return self.posterior(PrecomputeCacheType.NOCACHE)._conditional_fused(Xnew)
 
     # ---------------------------------------------------------------------------------------
     # objective
@@ -268,7 +246,9 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         Z = self.inducing_variable.Z
         neighbors = tf.gather(self._prior_neighbors, indices)
         mask = tf.gather(self._prior_mask, indices)
-        b, F = self._conditional_on_neighbors(tf.gather(Z, indices), neighbors, mask)
+        b, F = VNNGPPosterior.conditional_on_neighbors(
+            self.kernel, Z, tf.gather(Z, indices), neighbors, mask
+        )
         F = F + default_jitter()  # Vecchia conditional of K_ZZ + εI
         b = b * tf.cast(mask, b.dtype)
         neighbor_residual, neighbor_variances = self._q_rows(neighbors)  # [B_u, K, L]
@@ -295,7 +275,11 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
         X, Y = data[0], data[1]
         check_batch(X, Y)
         self._check_input_dim(X, "data X")
-        neighbors = data[2] if len(data) > 2 else self._graph_neighbors(X)
+        if len(data) > 2:
+            neighbors = data[2]
+        else:
+            Z = self.inducing_variable.Z
+            neighbors = graph_nearest_neighbors(Z, X, self.num_neighbors_predict)
         mean, var = self._q_f(X, neighbors)
         expected = tf.reduce_sum(self.likelihood.variational_expectations(X, mean, var, Y))
         if self.num_data is not None:
@@ -322,53 +306,33 @@ class VNNGP(ExplainsCholeskyFailures, GPModel, ExternalDataTrainingLossMixin):
 
     def posterior(
         self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
-    ) -> "VNNGPPosterior":
-        """A GPflow posterior object (nothing to precompute: q(u) is already the posterior)."""
-        return VNNGPPosterior(self, precompute_cache=precompute_cache)
+    ) -> VNNGPPosterior:
+        """
+        The posterior (eqs. 11, 25) from the model's parts: kernel, inducing inputs, ``q_mu``,
+        the standard deviations ``q_sqrt`` and mean function, with ``num_neighbors_predict``
+        neighbours per test input. Its cache holds :math:`Z`, :math:`\\mathbf m - \\mu(Z)` and
+        :math:`\\mathbf s`; see :class:`~gpflow_tight.posteriors.VNNGPPosterior`.
+        """
+        return VNNGPPosterior(
+            self.kernel,
+            self.inducing_variable,
+            self.q_mu,
+            self.q_sqrt,
+            self.mean_function,
+            num_neighbors=self.num_neighbors_predict,
+            precompute_cache=precompute_cache,
+            prediction_batch_size=self.prediction_batch_size,
+        )
 
     @inherit_check_shapes
     def predict_f(
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
-        """Spec §2: the marginals of q(f*), see :meth:`predict_g`."""
+        """The marginals of q(f*) (eq. 25): ``self.posterior(NOCACHE).fused_predict_f``."""
+        self._check_input_dim(Xnew, "Xnew")
         return self.posterior(PrecomputeCacheType.NOCACHE).fused_predict_f(
             Xnew, full_cov=full_cov, full_output_cov=full_output_cov
         )
-
-
-class VNNGPPosterior(AbstractPosterior):
-    """
-    The posterior of a :class:`VNNGP`: marginals only, since q(f) is a product of marginals
-    (paper eq. 11), each from the nearest inducing points of the test input.
-    """
-
-    def __init__(self, model: VNNGP, *, precompute_cache: PrecomputeCacheType | None) -> None:
-        super().__init__(model.kernel, model.inducing_variable.Z, mean_function=model.mean_function)
-        self._predict_g = model.predict_g
-        if precompute_cache is not None:
-            self.update_cache(precompute_cache)
-
-    def _precompute(self) -> tuple[PrecomputedValue, ...]:
-        return ()
-
-    def _conditional_with_precompute(
-        self,
-        cache: tuple[tf.Tensor, ...],
-        Xnew: Any,
-        full_cov: bool = False,
-        full_output_cov: bool = False,
-    ) -> MeanAndVariance:
-        return self._conditional_fused(Xnew, full_cov, full_output_cov)
-
-    def _conditional_fused(
-        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
-    ) -> MeanAndVariance:
-        if full_cov or full_output_cov:
-            raise ValueError(
-                "VNNGP's q(f) is a product of marginals (paper eq. 11): use full_cov=False and "
-                "full_output_cov=False."
-            )
-        return self._predict_g(Xnew)
 
 
 def _check_count(value: Any, name: str, maximum: int | None) -> int:

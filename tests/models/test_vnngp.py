@@ -1,17 +1,29 @@
 """
 VNNGP against dense numpy formulas written from spec/vnngp.md (the Vecchia prior as an explicit
 M x M precision, brute-force neighbours), against gpflow.models.SVGP at full conditioning, and
-the closed-form optimum for a Gaussian likelihood (properties P1-P3, P6, P8, P10-P12).
+the closed-form optimum for a Gaussian likelihood (properties P1-P3, P6, P8, P10-P12). The graph
+neighbour search against brute force and the k-d tree; VNNGPPosterior's caches in the style of
+GPflow's tests/gpflow/posteriors.
 """
+
+import subprocess
+import sys
 
 import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from gpflow.posteriors import PrecomputeCacheType
 
 import gpflow_tight
-from gpflow_tight import VNNGP
-from gpflow_tight.neighbors import sequential_nearest_neighbors
+from gpflow_tight import VNNGP, neighbors
+from gpflow_tight.neighbors import (
+    graph_nearest_neighbors,
+    nearest_neighbors,
+    sequential_nearest_neighbors,
+)
+from gpflow_tight.posteriors import VNNGPPosterior
+from gpflow_tight.serving import export_predictions
 from tests.reference import gauss_kl, se_kernel
 
 VARIANCE, LENGTHSCALE, NOISE, JITTER = 1.3, 0.8, 0.1, 1e-6
@@ -43,7 +55,7 @@ def brute_force_prior_neighbors(Z, order, k):
 
 
 def dense_vecchia_covariance(Z, neighbor_sets):
-    """K̃ = ((I - B)ᵀ F⁻¹ (I - B))⁻¹ for the Vecchia approximation of K_ZZ + εI (spec §1.2)."""
+    """K̃ = ((I - B)ᵀ F⁻¹ (I - B))⁻¹: the Vecchia prior (Wu et al. 2022, eq. 9) of K_ZZ + εI."""
     K = se_kernel(Z, Z, VARIANCE, LENGTHSCALE) + JITTER * np.eye(len(Z))
     B, F = np.zeros_like(K), np.zeros(len(Z))
     for j, n in enumerate(neighbor_sets):
@@ -118,6 +130,112 @@ def test_test_point_neighbors_and_update_after_moving_z(rng):
     table, mask = model._prior_neighbors.numpy(), model._prior_mask.numpy()
     for j, want in enumerate(reference):
         np.testing.assert_array_equal(table[j][mask[j]], want)
+
+
+def brute_force_neighbors(points, queries, k):
+    """The k nearest points of each query, nearest first, ties to the lower index."""
+    distances = np.sum((queries[:, None, :] - points[None, :, :]) ** 2, axis=-1)
+    index = np.arange(len(points))
+    rows = [np.lexsort((index, row))[:k] for row in distances]
+    return np.array(rows, dtype=np.int64).reshape(len(queries), k)
+
+
+def graph_search_both_ways(points, queries, k, **blocks):
+    """The graph search eagerly and compiled for any number of queries; checks they agree."""
+    eager = graph_nearest_neighbors(points, queries, k, **blocks).numpy()
+    compiled = tf.function(
+        lambda P, Q: graph_nearest_neighbors(P, Q, k, **blocks),
+        input_signature=[
+            tf.TensorSpec([None, points.shape[1]], tf.float64),
+            tf.TensorSpec([None, points.shape[1]], tf.float64),
+        ],
+    )(points, queries).numpy()
+    np.testing.assert_array_equal(compiled, eager)
+    assert eager.dtype == np.int64 and eager.shape == (len(queries), k)
+    return eager
+
+
+@pytest.mark.parametrize(
+    "num_points, num_queries, dim, k, query_block, point_block",
+    [
+        (60, 37, 2, 5, 8, 7),  # several blocks each way, M not a multiple of the block
+        (60, 37, 3, 5, None, None),  # the model's default blocks
+        (10, 4, 1, 10, 3, None),  # k = M
+        (200, 50, 2, 1, 1, 16),  # one query per block, k = 1
+        (40, 9, 20, 4, 4, 6),  # D > 16: distances summed by reduce_sum
+        (13, 0, 2, 3, 4, 4),  # no queries
+    ],
+)
+def test_graph_search_equals_the_kd_tree_and_brute_force(
+    rng, num_points, num_queries, dim, k, query_block, point_block
+):
+    """P12(c, d): on continuous random data (no ties) the graph search returns the k-d tree's
+    neighbours, in the same order, eagerly and compiled."""
+    points = rng.standard_normal((num_points, dim))
+    queries = rng.standard_normal((num_queries, dim))
+    found = graph_search_both_ways(
+        points, queries, k, query_block=query_block, point_block=point_block
+    )
+    np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, k))
+    np.testing.assert_array_equal(found, nearest_neighbors(points, queries, k))
+
+
+def test_eager_search_after_other_shapes(rng):
+    """Eager calls share one compiled search, whose traces generalise the shapes; each call
+    still gets its own dimension and size."""
+    for dim in (1, 3, 2, 3):
+        for num_points in (7, 9):
+            points = rng.standard_normal((num_points, dim))
+            queries = rng.standard_normal((num_points + 1, dim))
+            np.testing.assert_array_equal(
+                graph_nearest_neighbors(points, queries, 2).numpy(),
+                brute_force_neighbors(points, queries, 2),
+            )
+
+
+@pytest.mark.parametrize("point_block", [3, 7, None])
+def test_ties_go_to_the_lower_index(rng, point_block):
+    """On a grid, many distances tie: both searches keep the lower rows of Z, in order."""
+    grid = np.array([[i, j] for i in range(7) for j in range(7)], dtype=float)
+    points = grid[rng.permutation(len(grid))]
+    queries = rng.integers(0, 7, (40, 2)) + rng.choice([0.0, 0.5], (40, 2))
+    expected = brute_force_neighbors(points, queries, 9)
+    found = graph_search_both_ways(points, queries, 9, query_block=6, point_block=point_block)
+    np.testing.assert_array_equal(found, expected)
+    np.testing.assert_array_equal(nearest_neighbors(points, queries, 9), expected)
+
+
+def test_graph_search_rejects_bad_arguments(rng):
+    points = rng.standard_normal((5, 2))
+    with pytest.raises(ValueError, match="exceeds"):
+        graph_nearest_neighbors(points, points, 6)
+    with pytest.raises(ValueError, match="positive int"):
+        graph_nearest_neighbors(points, points, 0)
+    with pytest.raises(ValueError, match=r"\[Q, 2\]"):
+        graph_nearest_neighbors(points, points[:, :1], 2)
+
+
+def test_graph_search_holds_no_query_by_inducing_matrix(rng):
+    """Memory O(Q K): no tensor of the traced search (loop bodies included) has M in its shape,
+    except the inducing inputs themselves."""
+    num_points = 5003
+    search = tf.function(
+        lambda P, Q: graph_nearest_neighbors(P, Q, 16),
+        input_signature=[
+            tf.TensorSpec([num_points, 2], tf.float64),
+            tf.TensorSpec([None, 2], tf.float64),
+        ],
+    ).get_concrete_function()
+    graphs, shapes, visited = [search.graph], [], 0
+    while graphs:
+        graph = graphs.pop()
+        visited += 1
+        for op in graph.get_operations():
+            shapes += [tuple(t.shape.as_list()) for t in op.outputs if t.shape.rank]
+            if op.type in ("While", "StatelessWhile"):
+                graphs += [graph._functions[op.get_attr(a).name].graph for a in ("body", "cond")]
+    assert visited == 5  # the function, the two loops' bodies and conditions
+    assert {s for s in shapes if num_points in s} == {(num_points, 2)}
 
 
 # --- the KL (P1, P2) ------------------------------------------------------------------------
@@ -222,7 +340,7 @@ def test_closed_form_optimum_for_gaussian_likelihood(rng):
     start = model_for(X, np.zeros((20, 1)), np.ones((20, 1)), k, ordering="given")
     Ktilde = dense_vecchia_covariance(X, brute_force_prior_neighbors(X, np.arange(20), k))
     # The data term sees q(f_i) = q(u_i) up to the jitter, so use the exact conditional's
-    # A = K_{X n} (K_nn + εI)^-1 rows for the optimum (spec P6, general X ≠ Z form).
+    # A = K_{X n} (K_nn + εI)^-1 rows for the optimum (eq. 25's conditional, general X ≠ Z).
     A = np.zeros((20, 20))
     C = np.zeros(20)
     for i, x in enumerate(X):
@@ -262,8 +380,10 @@ def test_predictions_far_away_are_the_prior_and_chunking_is_exact(rng):
     np.testing.assert_allclose(var.numpy(), VARIANCE, rtol=1e-12)
     Xnew = rng.uniform(-3, 3, (23, 2))
     whole = model.predict_f(Xnew)
-    model.prediction_batch_size = 5
-    for chunked, single in zip(model.predict_f(Xnew), whole):
+    in_chunks = model_for(
+        Z, q_mu, q_sqrt, 3, mean_function=model.mean_function, prediction_batch_size=5
+    )
+    for chunked, single in zip(in_chunks.predict_f(Xnew), whole):
         np.testing.assert_allclose(chunked.numpy(), single.numpy(), rtol=1e-13)
     cached = model.posterior().predict_f(Xnew)
     for posterior, direct in zip(cached, whole):
@@ -272,6 +392,229 @@ def test_predictions_far_away_are_the_prior_and_chunking_is_exact(rng):
     for graph, eager in zip(compiled, whole):
         np.testing.assert_allclose(graph.numpy(), eager.numpy(), rtol=1e-12)
     assert whole[0].shape == (23, 1)
+
+
+def test_graph_neighbours_give_the_kd_tree_numbers(rng, monkeypatch):
+    """Predictions and the ELBO from the graph search (eagerly and compiled, over several query
+    and inducing blocks and prediction chunks) equal those from the k-d tree's neighbours."""
+    monkeypatch.setattr(neighbors, "QUERY_BLOCK", 4)
+    monkeypatch.setattr(neighbors, "WORKING_ELEMENTS", 4 * 9)  # blocks of 9 inducing points
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng, num_data=30, num_inducing=40, num_latent=2)
+    linear = gpflow.mean_functions.Linear(rng.standard_normal((2, 2)), rng.standard_normal(2))
+    model = model_for(
+        Z, q_mu, q_sqrt, 4, mean_function=linear, num_neighbors_predict=6, prediction_batch_size=7
+    )
+    Xnew = rng.uniform(-3.5, 3.5, (33, 2))
+    expected = model._q_f(tf.constant(Xnew), model.neighbors(Xnew))
+    spec = tf.TensorSpec([None, 2], tf.float64)
+    compiled = tf.function(model.predict_f, input_signature=[spec])
+    for got in (model.predict_f(Xnew), compiled(tf.constant(Xnew))):
+        for value, reference in zip(got, expected):
+            np.testing.assert_allclose(value.numpy(), reference.numpy(), rtol=1e-12)
+    reference = model.elbo(model.training_data(X, Y)).numpy()
+    elbo = tf.function(lambda X, Y: model.elbo((X, Y)), input_signature=[spec, spec])
+    np.testing.assert_allclose(model.elbo((X, Y)).numpy(), reference, rtol=1e-12)
+    np.testing.assert_allclose(elbo(tf.constant(X), tf.constant(Y)).numpy(), reference, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "num_neighbors",
+        "num_neighbors_predict",
+        "inducing_batch_size",
+        "prediction_batch_size",
+        "num_data",
+        "ordering",
+    ],
+)
+def test_settings_read_when_tracing_are_fixed_at_construction(rng, name):
+    _, _, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 3, inducing_batch_size=4, num_data=30)
+    with pytest.raises(AttributeError, match="build a new model"):
+        setattr(model, name, getattr(model, name))
+    posterior = model.posterior()
+    for setting in ("num_neighbors", "prediction_batch_size"):
+        with pytest.raises(AttributeError):
+            setattr(posterior, setting, 1)
+
+
+# --- the posterior object (GPflow's posterior contract) -------------------------------------
+
+
+def posterior_problem(rng, prediction_batch_size=5):
+    _, _, Z, q_mu, q_sqrt = make_problem(rng, num_inducing=15, num_latent=2)
+    linear = gpflow.mean_functions.Linear(rng.standard_normal((2, 2)), rng.standard_normal(2))
+    model = model_for(
+        Z,
+        q_mu,
+        q_sqrt,
+        3,
+        mean_function=linear,
+        num_neighbors_predict=4,
+        prediction_batch_size=prediction_batch_size,
+    )
+    return model, rng.uniform(-3.5, 3.5, (13, 2))
+
+
+def assert_predictions_equal(got, expected, rtol=1e-14):
+    for value, reference in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(value), np.asarray(reference), rtol=rtol)
+
+
+@pytest.mark.parametrize("cache", [PrecomputeCacheType.TENSOR, PrecomputeCacheType.VARIABLE])
+def test_posterior_fused_equals_cached(rng, cache):
+    model, Xnew = posterior_problem(rng)
+    posterior = model.posterior(cache)
+    fused = posterior.fused_predict_f(Xnew)
+    assert_predictions_equal(posterior.predict_f(Xnew), fused)
+    assert_predictions_equal(model.predict_f(Xnew), fused)
+    assert fused[0].shape == fused[1].shape == (13, 2)
+    # built from the parts (plain tensors), not from the model
+    from_parts = VNNGPPosterior(
+        model.kernel,
+        gpflow.inducing_variables.InducingPoints(model.inducing_variable.Z.numpy()),
+        tf.constant(model.q_mu.numpy()),
+        tf.constant(model.q_sqrt.numpy()),
+        model.mean_function,
+        num_neighbors=4,
+        precompute_cache=cache,
+    )
+    assert_predictions_equal(from_parts.predict_f(Xnew), fused)
+    assert_predictions_equal(from_parts.fused_predict_f(Xnew), fused)
+    with pytest.raises(ValueError, match="product of marginals"):
+        posterior.predict_f(Xnew, full_cov=True)
+
+
+def test_posterior_without_cache(rng):
+    model, Xnew = posterior_problem(rng)
+    posterior = model.posterior(PrecomputeCacheType.NOCACHE)
+    assert posterior.cache is None
+    with pytest.raises(ValueError, match="Cache has not been precomputed"):
+        posterior.predict_f(Xnew)
+    assert_predictions_equal(posterior.fused_predict_f(Xnew), model.predict_f(Xnew))
+    with pytest.raises(ValueError, match="at most M = 15"):
+        VNNGPPosterior(
+            model.kernel,
+            model.inducing_variable,
+            model.q_mu,
+            model.q_sqrt,
+            num_neighbors=16,
+            precompute_cache=None,
+        )
+
+
+def move_parameters(model, rng):
+    """New q(u) and inducing inputs; returns a fresh model holding the new values."""
+    model.q_mu.assign(rng.standard_normal(model.q_mu.shape))
+    model.q_sqrt.assign(rng.uniform(0.2, 1.0, model.q_sqrt.shape))
+    model.inducing_variable.Z.assign(model.inducing_variable.Z + rng.normal(0, 0.3, (15, 2)))
+    fresh, _ = posterior_problem(rng)
+    gpflow.utilities.multiple_assign(fresh, gpflow.utilities.parameter_dict(model))
+    return fresh
+
+
+def test_tensor_cache_holds_the_values_at_creation(rng):
+    model, Xnew = posterior_problem(rng)
+    posterior = model.posterior(PrecomputeCacheType.TENSOR)
+    before = posterior.predict_f(Xnew)
+    moved = move_parameters(model, rng)
+    assert_predictions_equal(posterior.predict_f(Xnew), before)
+    assert_predictions_equal(posterior.fused_predict_f(Xnew), moved.predict_f(Xnew))
+    posterior.update_cache(PrecomputeCacheType.TENSOR)
+    assert_predictions_equal(posterior.predict_f(Xnew), moved.predict_f(Xnew))
+
+
+def test_variable_cache_changes_only_on_update_cache(rng):
+    """GPflow's VARIABLE cache: compiled predictions keep the cached q(u) and Z until
+    update_cache(), which also works inside tf.function, without retracing."""
+    model, Xnew = posterior_problem(rng)
+    posterior = model.posterior(PrecomputeCacheType.VARIABLE)
+    assert all(isinstance(value, tf.Variable) for value in posterior.cache)
+    spec = [tf.TensorSpec([None, 2], tf.float64)]
+    predict = tf.function(posterior.predict_f, input_signature=spec)
+    fused = tf.function(posterior.fused_predict_f, input_signature=spec)
+    before = predict(Xnew)
+    assert_predictions_equal(before, model.predict_f(Xnew))
+
+    moved = move_parameters(model, rng)
+    assert_predictions_equal(predict(Xnew), before)
+    assert_predictions_equal(posterior.predict_f(Xnew), before)
+    assert_predictions_equal(fused(Xnew), moved.predict_f(Xnew))
+    assert not np.allclose(fused(Xnew)[0], before[0])
+    posterior.update_cache()
+    assert_predictions_equal(predict(Xnew), moved.predict_f(Xnew))
+
+    moved = move_parameters(model, rng)
+    tf.function(lambda: posterior.update_cache(PrecomputeCacheType.VARIABLE))()
+    assert_predictions_equal(predict(Xnew), moved.predict_f(Xnew))
+    assert predict.experimental_get_tracing_count() == 1
+
+
+def test_predictions_are_differentiable(rng):
+    """The chunked graph predictions give the gradients of the k-d tree path."""
+    model, Xnew = posterior_problem(rng, prediction_batch_size=4)
+    variables = model.trainable_variables
+
+    def gradients(predict):
+        with tf.GradientTape() as tape:
+            mean, var = predict()
+            loss = tf.reduce_sum(tf.sin(mean)) + tf.reduce_sum(tf.sqrt(var))
+        return tape.gradient(loss, variables)
+
+    expected = gradients(lambda: model._q_f(tf.constant(Xnew), model.neighbors(Xnew)))
+    assert sum(g is not None for g in expected) == 6  # all but the likelihood variance
+    for predict in (lambda: model.predict_f(Xnew), lambda: model.posterior().predict_f(Xnew)):
+        for got, reference in zip(gradients(predict), expected):
+            if reference is None:  # the likelihood's variance
+                assert got is None
+                continue
+            got, reference = tf.convert_to_tensor(got), tf.convert_to_tensor(reference)
+            np.testing.assert_allclose(got.numpy(), reference.numpy(), rtol=1e-11, atol=1e-14)
+
+
+LOAD_WITHOUT_GPFLOW = """
+import sys, numpy as np, tensorflow as tf
+X = np.load(sys.argv[2])
+outputs = {}
+for name in ("model", "posterior"):
+    loaded = tf.saved_model.load(sys.argv[1] + "/" + name)
+    for rows, key in ((X, name), (X[:0], name + "_empty")):
+        mean, var = loaded.predict_f(rows)
+        outputs[key + "_mean"], outputs[key + "_var"] = mean.numpy(), var.numpy()
+np.savez(sys.argv[3], **outputs)
+assert "gpflow" not in sys.modules and "gpflow_tight" not in sys.modules
+"""
+
+
+def test_exported_predictions_and_posterior_load_without_gpflow(rng, tmp_path):
+    """The graph search and the chunked predictions export: the model (export_predictions) and
+    a VARIABLE-cache posterior reload in a process that imports TensorFlow only."""
+    model, _ = posterior_problem(rng, prediction_batch_size=4)
+    Xnew = rng.uniform(-3.5, 3.5, (11, 2))
+    export_predictions(model, str(tmp_path / "model"), input_dim=2)
+    posterior = model.posterior(PrecomputeCacheType.VARIABLE)
+    module = tf.Module()
+    module.posterior = posterior
+    module.predict_f = tf.function(
+        posterior.predict_f, input_signature=[tf.TensorSpec([None, 2], tf.float64)]
+    )
+    tf.saved_model.save(module, str(tmp_path / "posterior"))
+    expected = model.predict_f(Xnew)
+    move_parameters(model, rng)  # the exports hold the values at export time
+
+    np.save(tmp_path / "X.npy", Xnew)
+    script = tmp_path / "load.py"
+    script.write_text(LOAD_WITHOUT_GPFLOW)
+    out = tmp_path / "out.npz"
+    subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(tmp_path / "X.npy"), str(out)],
+        check=True,
+    )
+    got = np.load(out)
+    for name in ("model", "posterior"):
+        assert_predictions_equal((got[f"{name}_mean"], got[f"{name}_var"]), expected)
+        assert got[f"{name}_empty_mean"].shape == got[f"{name}_empty_var"].shape == (0, 2)
 
 
 # --- training, precision, saving -----------------------------------------------------------
