@@ -1,0 +1,714 @@
+"""
+The posteriors of the package's models, with GPflow's contract
+(:class:`gpflow.posteriors.AbstractPosterior`): a constructor that takes the parts of the
+posterior (kernel, inducing variables, variational or optimal parameters, mean function) and
+``precompute_cache``; ``_precompute`` returns what a prediction reuses; ``fused_predict_f``
+recomputes everything; ``predict_f`` reads the cache, which a ``VARIABLE`` cache keeps until
+``update_cache()``. As in GPflow, a cache freezes what is derived from the inducing variables
+and :math:`q`; the kernel's covariances with the test inputs are always evaluated live.
+
+None of these posteriors is registered with :func:`gpflow.posteriors.get_posterior_class`:
+that dispatcher picks a posterior from a (kernel, inducing variable) pair, and none of ours is
+identified by one. The SOLVE posteriors need two inducing sets' :math:`q`, Power EP's depends on
+the power and the sites, VNNGP's on the neighbour structure, while the inducing variables
+themselves (orthogonal sets, frequency features) are ordinary ones for GPflow's own posteriors,
+which handle them correctly through ``Kuu``/``Kuf``.
+
+One module, as GPflow keeps its posteriors, in three sections: SOLVE-GP, Power EP, VNNGP.
+"""
+
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes, inherit_check_shapes
+from gpflow import kernels
+from gpflow.conditionals.util import expand_independent_outputs, mix_latent_gp
+from gpflow.config import default_jitter
+from gpflow.covariances import Kuf
+from gpflow.inducing_variables import SeparateIndependentInducingVariables
+from gpflow.mean_functions import Zero
+from gpflow.posteriors import AbstractPosterior, PrecomputeCacheType, PrecomputedValue
+
+from .neighbors import graph_nearest_neighbors
+from .orthogonal import (
+    OrthogonalFactors,
+    decoupled_marginals,
+    orthogonal_factors,
+    orthogonal_projections,
+    whiten_variational_parameters,
+)
+from .projection import Projection, collapsed_common_terms, residual_variance
+from .validation import checked_cholesky
+
+__all__ = [
+    "OrthogonalPosterior",
+    "CollapsedOrthogonalPosterior",
+    "PowerEPPosterior",
+    "VNNGPPosterior",
+    "LatentBlock",
+    "latent_kernels",
+    "latent_blocks",
+    "whitened_block_q",
+    "union_projection",
+    "optimal_whitened_q",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# SOLVE-GP: orthogonally decoupled inducing sets (Shi, Titsias & Mnih 2020; Fernlund 2022)
+
+
+# whitened q(u) and q(v⊥): (m̃_u [M_u, L], R_u [L or 1, M_u, M_u], m̃_v, R_v), S̃ = R Rᵀ
+WhitenedQ = tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]
+
+
+class LatentBlock(NamedTuple):
+    """
+    Latent GPs that share a kernel and an orthogonal inducing set: ``latents`` selects their
+    columns of ``q_mu`` (all of them when one block serves every latent GP).
+    """
+
+    kernel: kernels.Kernel
+    inducing_variable: Any
+    latents: slice
+
+
+def latent_kernels(kernel: kernels.Kernel) -> list[kernels.Kernel]:
+    """The kernels of independent latent GPs (one for a single-output or shared kernel)."""
+    if isinstance(kernel, kernels.SeparateIndependent | kernels.IndependentLatent):
+        return list(kernel.kernels)
+    if isinstance(kernel, kernels.SharedIndependent):
+        return [kernel.kernel]
+    if isinstance(kernel, kernels.MultioutputKernel):
+        raise TypeError(
+            f"SOLVE-GP supports single-output kernels, SharedIndependent, SeparateIndependent "
+            f"and LinearCoregionalization; got {type(kernel).__name__}."
+        )
+    return [kernel]
+
+
+def latent_blocks(kernel: kernels.Kernel, orthogonal_inducing_variable: Any) -> list[LatentBlock]:
+    """The kernel and orthogonal inducing set of each group of latent GPs."""
+    latent = latent_kernels(kernel)
+    if isinstance(orthogonal_inducing_variable, SeparateIndependentInducingVariables):
+        sets = list(orthogonal_inducing_variable.inducing_variable_list)
+    else:
+        sets = [orthogonal_inducing_variable]
+    size = max(len(latent), len(sets))
+    if size == 1:
+        return [LatentBlock(latent[0], sets[0], slice(None))]
+    latent, sets = latent * (size // len(latent)), sets * (size // len(sets))
+    return [LatentBlock(k, v, slice(i, i + 1)) for i, (k, v) in enumerate(zip(latent, sets))]
+
+
+def whitened_block_q(
+    block: LatentBlock,
+    factors: OrthogonalFactors | None,
+    q: tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor],
+    whiten: bool,
+) -> WhitenedQ:
+    """
+    ``(m̃_u, R_u, m̃_v, R_v)``: the columns of ``q = (q_mu, q_sqrt, q_mu_orthogonal,
+    q_sqrt_orthogonal)`` that belong to ``block``, in whitened coordinates (``factors`` may be
+    ``None`` if ``whiten``).
+    """
+    q_mu, q_sqrt, q_mu_v, q_sqrt_v = q
+    L_u, L_v = (None, None) if factors is None else (factors.L_u, factors.L_v)
+
+    def columns(sqrt: tf.Tensor) -> tf.Tensor:
+        return sqrt[:, block.latents] if sqrt.shape.ndims == 2 else sqrt[block.latents]
+
+    m_u, R_u = whiten_variational_parameters(L_u, q_mu[:, block.latents], columns(q_sqrt), whiten)
+    m_v, R_v = whiten_variational_parameters(
+        L_v, q_mu_v[:, block.latents], columns(q_sqrt_v), whiten
+    )
+    return m_u, R_u, m_v, R_v
+
+
+@check_shapes(
+    "X: [N, D]",
+    "return.L: [M, M]",
+    "return.A: [M, N]",
+    "return.residual: [N]",
+)
+def union_projection(
+    inducing_variable: Any, kernel: kernels.Kernel, X: Any, factors: OrthogonalFactors
+) -> Projection:
+    """
+    The projection onto both sets, :math:`A = [\\mathbf a_u; \\mathbf a_v]`, with ``L`` the block
+    Cholesky factor of the jittered covariance of :math:`[\\mathbf u; \\mathbf v]` (Fernlund
+    2022, Algorithm 3): :math:`\\|\\mathbf a_n\\|^2` is the Nyström variance of the union and
+    :math:`d_n` the residual given both sets.
+    """
+    a_u, a_v = orthogonal_projections(inducing_variable, kernel, factors, X)
+    A = tf.concat([a_u, a_v], axis=0)
+    num_regular, num_orthogonal = tf.shape(a_u)[0], tf.shape(a_v)[0]
+    L = tf.concat(
+        [
+            tf.concat([factors.L_u, tf.zeros([num_regular, num_orthogonal], A.dtype)], 1),
+            tf.concat([tf.linalg.adjoint(factors.D_v), factors.L_v], 1),
+        ],
+        axis=0,
+    )
+    return Projection(L, A, residual_variance(kernel(X, full_cov=False), A))
+
+
+def optimal_whitened_q(
+    inducing_variable: Any,
+    kernel: kernels.Kernel,
+    data: tuple[tf.Tensor, tf.Tensor],
+    likelihood: Any,
+    mean_function: Any,
+    factors: OrthogonalFactors,
+) -> WhitenedQ:
+    """
+    The optimal :math:`q(\\mathbf u)\\,q(\\mathbf v_\\perp)` of collapsed SOLVE-GP regression
+    (Fernlund's eq. 5.26) in whitened coordinates: :math:`\\tilde{\\mathbf m} = B^{-1}A\\mathbf y/
+    \\sigma` split into its two blocks, :math:`\\tilde S_u = B_u^{-1}` and :math:`\\tilde S_v =
+    B_v^{-1}`, with square roots :math:`L_{B_u}^{-\\top}` and :math:`L_{B_v}^{-\\top}`.
+    """
+    X, Y = data
+    sigma_sq = tf.squeeze(likelihood.variance_at(X), axis=-1)
+    common = collapsed_common_terms(
+        union_projection(inducing_variable, kernel, X, factors), sigma_sq
+    )
+    err = (Y - mean_function(X)) / common.sigma[:, None]
+    c = tf.linalg.triangular_solve(common.LB, tf.linalg.matmul(common.A, err), lower=True)
+    q_mu = tf.linalg.triangular_solve(tf.linalg.adjoint(common.LB), c, lower=False)
+    num_regular = tf.shape(factors.L_u)[0]
+
+    def inverse_transposed(L: tf.Tensor) -> tf.Tensor:
+        eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
+        return tf.linalg.adjoint(tf.linalg.triangular_solve(L, eye, lower=True))[None]
+
+    # chol(B_u) is the leading block of chol(B); B_v needs its own factor
+    return (
+        q_mu[:num_regular],
+        inverse_transposed(common.LB[:num_regular, :num_regular]),
+        q_mu[num_regular:],
+        inverse_transposed(tf.linalg.cholesky(common.B[num_regular:, num_regular:])),
+    )
+
+
+class OrthogonalPosterior(AbstractPosterior):
+    """
+    The posterior of the SOLVE-GP family, :math:`f = g + h + l` (Shi et al. 2020, eq. 7;
+    Fernlund 2022, eq. 5.55-5.57): the regular part :math:`g` from :math:`q(\\mathbf u)`, the
+    orthogonal part :math:`h` from :math:`q(\\mathbf v_\\perp)` and the residual :math:`l` of the
+    prior conditional given both sets, counted once. The cache holds each block's factorisation
+    and whitened :math:`q`, so a cached prediction costs :math:`O(N_*(M_u^2 + M_u M_v + M_v^2))`
+    per block.
+
+    The constructor is GPflow's ``BasePosterior``'s with the orthogonal set's variational
+    parameters: ``inducing_variable`` is the model's orthogonal set (an
+    :class:`~gpflow_tight.OrthogonalInducingVariables`, which holds the regular set, or
+    ``SeparateIndependentInducingVariables`` of them), ``q_mu``/``q_sqrt`` belong to the regular
+    set and ``q_mu_orthogonal``/``q_sqrt_orthogonal`` to the orthogonal one. A
+    ``LinearCoregionalization`` kernel mixes the latent GPs by ``W``.
+
+    No :func:`gpflow.posteriors.get_posterior_class` registration: a (kernel,
+    ``OrthogonalInducingVariables``) pair does not identify this posterior, which needs both
+    sets' :math:`q`. GPflow's own posterior is the right one for an SVGP whose only inducing
+    variables are orthogonal ones.
+    """
+
+    def __init__(
+        self,
+        kernel: kernels.Kernel,
+        inducing_variable: Any,
+        q_mu: Any = None,
+        q_sqrt: Any = None,
+        q_mu_orthogonal: Any = None,
+        q_sqrt_orthogonal: Any = None,
+        whiten: bool = True,
+        mean_function: Any = None,
+        *,
+        precompute_cache: PrecomputeCacheType | None,
+    ) -> None:
+        super().__init__(kernel, inducing_variable, mean_function=mean_function)
+        self.inducing_variable = inducing_variable
+        self.q_mu, self.q_sqrt = q_mu, q_sqrt
+        self.q_mu_orthogonal, self.q_sqrt_orthogonal = q_mu_orthogonal, q_sqrt_orthogonal
+        self.whiten = whiten
+        self.blocks = latent_blocks(kernel, inducing_variable)
+        self.mixing = kernel.W if isinstance(kernel, kernels.LinearCoregionalization) else None
+        if precompute_cache is not None:
+            self.update_cache(precompute_cache)
+
+    def whitened_q(self, block: LatentBlock, factors: OrthogonalFactors) -> WhitenedQ:
+        """A block's :math:`q` in whitened coordinates."""
+        q = (self.q_mu, self.q_sqrt, self.q_mu_orthogonal, self.q_sqrt_orthogonal)
+        return whitened_block_q(block, factors, q, self.whiten)
+
+    def _precompute(self) -> tuple[PrecomputedValue, ...]:
+        values = []
+        for block in self.blocks:
+            factors = orthogonal_factors(block.inducing_variable, block.kernel)
+            values.extend([*factors, *self.whitened_q(block, factors)])
+        return tuple(PrecomputedValue(v, (False,) * len(v.shape)) for v in values)
+
+    def _latent_conditionals(
+        self, cache: tuple[tf.Tensor, ...], Xnew: Any, full_cov: bool
+    ) -> list[tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
+        """Per block: the mean, the covariance carried by q and the prior residual."""
+        results = []
+        for index, block in enumerate(self.blocks):
+            L_u, D_v, L_v, m_u, R_u, m_v, R_v = cache[7 * index : 7 * index + 7]
+            factors = OrthogonalFactors(L_u, D_v, L_v)
+            a_u, a_v = orthogonal_projections(block.inducing_variable, block.kernel, factors, Xnew)
+            prior = block.kernel(Xnew, full_cov=full_cov)
+            results.append(
+                decoupled_marginals(a_u, a_v, prior, m_u, R_u, m_v, R_v, full_cov=full_cov)
+            )
+        return results
+
+    def latent_marginals_with_residual(self, X: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """
+        For each latent GP at X (before mixing, without the mean function), from the live
+        parameters: the mean, the variance :math:`s_n` carried by :math:`q` and the residual
+        :math:`d_n` given both sets; each [N, L].
+        """
+        cache = tuple(value.value for value in self._precompute())
+        means, q_variances, residuals = [], [], []
+        for mean, q_variance, residual in self._latent_conditionals(cache, X, False):
+            means.append(mean)
+            q_variances.append(tf.broadcast_to(q_variance, tf.shape(mean)))
+            residuals.append(tf.broadcast_to(residual[:, None], tf.shape(mean)))
+        return tf.concat(means, 1), tf.concat(q_variances, 1), tf.concat(residuals, 1)
+
+    def _conditional_with_precompute(
+        self,
+        cache: tuple[tf.Tensor, ...],
+        Xnew: Any,
+        full_cov: bool = False,
+        full_output_cov: bool = False,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        means, covariances = [], []
+        for mean, q_covariance, residual in self._latent_conditionals(cache, Xnew, full_cov):
+            num_latent, num_new = tf.shape(mean)[1], tf.shape(mean)[0]
+            if full_cov:
+                shape = tf.stack([num_latent, num_new, num_new])
+                covariances.append(tf.broadcast_to(q_covariance + residual[None], shape))
+            else:
+                covariances.append(
+                    tf.broadcast_to(q_covariance + residual[:, None], tf.shape(mean))
+                )
+            means.append(mean)
+        mean, covariance = tf.concat(means, 1), tf.concat(covariances, 0 if full_cov else 1)
+        if self.mixing is not None:
+            return mix_latent_gp(self.mixing, mean, covariance, full_cov, full_output_cov)
+        return mean, expand_independent_outputs(covariance, full_cov, full_output_cov)
+
+    def _conditional_fused(
+        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        cache = tuple(value.value for value in self._precompute())
+        return self._conditional_with_precompute(cache, Xnew, full_cov, full_output_cov)
+
+
+class CollapsedOrthogonalPosterior(OrthogonalPosterior):
+    """
+    The posterior of collapsed SOLVE-GP regression: :class:`OrthogonalPosterior` at the optimal
+    :math:`q(\\mathbf u)\\,q(\\mathbf v_\\perp)` (Fernlund's eq. 5.26), recomputed from the data
+    by ``update_cache()``. The constructor is GPflow's ``SGPRPosterior``'s, with the model's
+    orthogonal set as ``inducing_variable``.
+    """
+
+    def __init__(
+        self,
+        kernel: kernels.Kernel,
+        data: tuple[Any, Any],
+        inducing_variable: Any,
+        likelihood: Any,
+        num_latent_gps: int | None = None,
+        mean_function: Any = None,
+        *,
+        precompute_cache: PrecomputeCacheType | None,
+    ) -> None:
+        self.data = data
+        self.likelihood = likelihood
+        self.num_latent_gps = num_latent_gps
+        super().__init__(
+            kernel, inducing_variable, mean_function=mean_function, precompute_cache=None
+        )
+        if precompute_cache is not None:
+            self.update_cache(precompute_cache)
+
+    def whitened_q(self, block: LatentBlock, factors: OrthogonalFactors) -> WhitenedQ:
+        """The optimal :math:`q` in whitened coordinates."""
+        return optimal_whitened_q(
+            block.inducing_variable,
+            block.kernel,
+            self.data,
+            self.likelihood,
+            self.mean_function,
+            factors,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Power EP: FITC, VFE, PITC and the α family (Bui, Yan & Turner 2017)
+
+
+@tf.autograph.experimental.do_not_convert
+def _power_ep_modules() -> tuple[ModuleType, ModuleType]:
+    """The Power-EP inference modules, imported on first use (``gpflow_tight.models`` imports
+    this module, so importing them at the top would be circular)."""
+    from .models import power_ep_regression, power_ep_sites
+
+    return power_ep_regression, power_ep_sites
+
+
+class PowerEPPosterior(AbstractPosterior):
+    """
+    The posterior of :class:`~gpflow_tight.PowerEPSGP` (Bui, Yan & Turner 2017, eqs. 7 and 18):
+    the exact test conditional :math:`p(\\mathbf f_* \\mid \\mathbf u)` under :math:`q(\\mathbf u)`,
+    held whitened, :math:`\\mathbf u = L\\mathbf v`, :math:`q(\\mathbf v) = \\mathcal N(L_B^{-\\top}
+    \\mathbf c, (L_B L_B^\\top)^{-1})` with :math:`LL^\\top = K_{uu}`. The cache is
+    :math:`(L, L_B, \\mathbf c)`; a cached prediction costs :math:`O(N_* M^2)`.
+
+    The constructor is GPflow's ``SGPRPosterior``'s plus what defines :math:`q(\\mathbf u)`,
+    exactly one of:
+
+    * ``alpha`` (and optionally ``blocks``): the closed-form fixed point of a Gaussian
+      likelihood (§3.6-3.7), recomputed from the data, kernel, inducing variable, likelihood
+      and mean function by ``update_cache()``. ``alpha=0`` (VFE, and DTC's posterior) gives
+      ``gpflow.models.SGPR``'s posterior, ``alpha=1`` ``GPRFITC``'s.
+    * ``sites``: the site variables ``(precision, shift)``, :math:`\\tau_n` and :math:`\\nu_n`
+      ([N] each) of Power-EP site inference (eqs. 119-120), read by ``update_cache()``; the
+      likelihood and ``data[1]`` are then not used.
+
+    ``alpha`` and ``blocks`` are stored read-only: they decide the form of the computation.
+
+    :param alpha: the power: a number, one per data point or, with ``blocks``, one per block.
+    :param blocks: a partition of the data rows into index arrays (block factors).
+    """
+
+    @check_shapes(
+        "data[0]: [N, D]",
+        "data[1]: [N, R]",
+        "sites[0]: [N]",
+        "sites[1]: [N]",
+    )
+    def __init__(
+        self,
+        kernel: kernels.Kernel,
+        data: tuple[Any, Any],
+        inducing_variable: Any,
+        likelihood: Any,
+        num_latent_gps: int,
+        mean_function: Any = None,
+        *,
+        alpha: Any = None,
+        blocks: Any = None,
+        sites: tuple[tf.Variable, tf.Variable] | None = None,
+        precompute_cache: PrecomputeCacheType | None,
+    ) -> None:
+        X, Y = data
+        super().__init__(kernel, X, mean_function=mean_function)
+        self.Y_data = Y
+        self.likelihood = likelihood
+        self.inducing_variable = inducing_variable
+        self.num_latent_gps = num_latent_gps
+        if (alpha is None) == (sites is None):
+            raise ValueError(
+                "Pass exactly one of `alpha` (the closed-form posterior of a Gaussian "
+                "likelihood) and `sites` (the site variables of Power-EP site inference)."
+            )
+        if sites is not None and blocks is not None:
+            raise ValueError("`blocks` belongs to the closed-form posterior (`alpha`), not sites.")
+        regression, _ = _power_ep_modules()
+        num_data = X.shape[0]
+        self._layout = None if blocks is None else regression.block_layout(blocks, num_data)
+        self.blocks = None if self._layout is None else self._layout.blocks
+        self.alpha = None
+        if alpha is not None:
+            num_blocks = None if self.blocks is None else len(self.blocks)
+            self.alpha = regression.check_alpha(alpha, num_data, num_blocks)
+        self.sites = sites
+        if precompute_cache is not None:
+            self.update_cache(precompute_cache)
+
+    @check_shapes(
+        "return[0]: [M, M]",
+        "return[1]: [M, M]",
+        "return[2]: [M, R]",
+    )
+    def _precompute(self) -> tuple[PrecomputedValue, ...]:
+        regression, site_inference = _power_ep_modules()
+        if self.sites is None:
+            mean_function = Zero() if self.mean_function is None else self.mean_function
+            L, LB, c = regression.collapsed_posterior(
+                self.kernel,
+                self.inducing_variable,
+                (self.X_data, self.Y_data),
+                self.likelihood,
+                mean_function,
+                self.alpha,
+                self._layout,
+            )
+        else:
+            L, LB, c = site_inference.site_whitened_posterior(
+                self.kernel, self.inducing_variable, self.X_data, *self.sites
+            )
+        return (
+            PrecomputedValue(L, (False, False)),
+            PrecomputedValue(LB, (False, False)),
+            PrecomputedValue(c, (False, c.shape[-1] is None)),
+        )
+
+    @inherit_check_shapes
+    def _conditional_with_precompute(
+        self,
+        cache: tuple[tf.Tensor, ...],
+        Xnew: Any,
+        full_cov: bool = False,
+        full_output_cov: bool = False,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """
+        :math:`\\mathbf a_* = L^{-1}\\mathbf k_{u*}`, :math:`\\mathbf b_* = L_B^{-1}\\mathbf a_*`:
+        mean :math:`\\mathbf b_*^\\top\\mathbf c`, covariance :math:`k_{**} - \\mathbf a_*^\\top
+        \\mathbf a_* + \\mathbf b_*^\\top\\mathbf b_*`, shared by the output columns.
+        """
+        L, LB, c = cache
+        Kus = Kuf(self.inducing_variable, self.kernel, Xnew)
+        A = tf.linalg.triangular_solve(L, Kus, lower=True)
+        B = tf.linalg.triangular_solve(LB, A, lower=True)
+        mean = tf.linalg.matmul(B, c, transpose_a=True)
+        if full_cov:
+            var = (
+                self.kernel(Xnew)
+                + tf.linalg.matmul(B, B, transpose_a=True)
+                - tf.linalg.matmul(A, A, transpose_a=True)
+            )
+            var = tf.tile(var[None, ...], [self.num_latent_gps, 1, 1])  # [P, N, N]
+        else:
+            var = (
+                self.kernel(Xnew, full_cov=False)
+                + tf.reduce_sum(tf.square(B), 0)
+                - tf.reduce_sum(tf.square(A), 0)
+            )
+            var = tf.tile(var[:, None], [1, self.num_latent_gps])  # [N, P]
+        return mean, expand_independent_outputs(var, full_cov, full_output_cov)
+
+    @inherit_check_shapes
+    def _conditional_fused(
+        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        cache = tuple(value.value for value in self._precompute())
+        return self._conditional_with_precompute(cache, Xnew, full_cov, full_output_cov)
+
+
+# ---------------------------------------------------------------------------------------------
+# VNNGP: nearest-neighbour conditionals (Wu, Pleiss & Cunningham 2022)
+
+
+class VNNGPPosterior(AbstractPosterior):
+    """
+    The posterior of :class:`~gpflow_tight.VNNGP` (Wu, Pleiss & Cunningham 2022): a product of
+    marginals (eq. 11), each from the :math:`K` nearest inducing inputs :math:`n(\\mathbf x_*)`
+    of the test input among all of :math:`Z` (eq. 9),
+
+    .. math::
+        q(f_*) = \\mathcal N\\big(\\mu(\\mathbf x_*) + \\mathbf a_*^\\top(\\mathbf m_{n(*)} -
+        \\boldsymbol\\mu_{n(*)}),\\; k_{**} - \\mathbf k_{n(*)*}^\\top\\mathbf a_* +
+        \\textstyle\\sum_l a_{*l}^2 s_{n(*)_l}\\big),\\qquad
+        \\mathbf a_* = (K_{n(*)n(*)} + \\epsilon I)^{-1}\\mathbf k_{n(*)*}
+
+    (eq. 25 at a test input). The neighbours come from
+    :func:`~gpflow_tight.neighbors.graph_nearest_neighbors`, so the posterior predicts the same
+    eagerly, under ``tf.function`` and in a SavedModel, with memory :math:`O(N_* K)` for the
+    neighbours; rows are processed in chunks of ``prediction_batch_size``, each costing
+    :math:`O(\\text{chunk} \\cdot (MD + K^3))`.
+
+    The constructor is GPflow's ``BasePosterior``'s for a diagonal, unwhitened :math:`q`:
+    ``q_mu`` [M, L] holds the means :math:`m_j` and ``q_sqrt`` [M, L] the (constrained)
+    standard deviations :math:`\\sqrt{s_j}`. The cache is a snapshot of what a prediction reads
+    besides the kernel: the inducing inputs :math:`Z`, :math:`\\mathbf m - \\mu(Z)` and the
+    variances :math:`\\mathbf s`. So with a ``VARIABLE`` cache, ``predict_f`` keeps the
+    parameters of the last ``update_cache()`` (``fused_predict_f`` always reads the live ones).
+    Both read the kernel live: there is no M-sized kernel quantity to cache, since each test
+    input needs its own :math:`K \\times K` block. Full covariances are not defined:
+    :math:`q(\\mathbf f)` is a product of marginals.
+
+    ``num_neighbors`` and ``prediction_batch_size`` are read-only: they decide the shapes of the
+    computation, which compiled functions would keep. Build a new posterior to change them.
+
+    :param inducing_variable: ``InducingPoints`` with the inducing inputs [M, D].
+    :param num_neighbors: K, the nearest inducing inputs per test input, 1 ≤ K ≤ M.
+    :param prediction_batch_size: rows of ``Xnew`` per chunk.
+    """
+
+    @check_shapes(
+        "inducing_variable: [M, D, broadcast P]",
+        "q_mu: [M, L]",
+        "q_sqrt: [M, L]",
+    )
+    def __init__(
+        self,
+        kernel: kernels.Kernel,
+        inducing_variable: Any,
+        q_mu: Any,
+        q_sqrt: Any,
+        mean_function: Any = None,
+        *,
+        num_neighbors: int,
+        precompute_cache: PrecomputeCacheType | None,
+        prediction_batch_size: int = 10_000,
+    ) -> None:
+        super().__init__(kernel, inducing_variable, mean_function=mean_function)
+        self.inducing_variable = inducing_variable
+        self.q_mu = q_mu
+        self.q_sqrt = q_sqrt
+        num_inducing = inducing_variable.Z.shape[0]
+        for name, value, maximum in (
+            ("num_neighbors", num_neighbors, num_inducing),
+            ("prediction_batch_size", prediction_batch_size, None),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise TypeError(f"`{name}` must be an int, got {value!r}.")
+            if value < 1 or (maximum is not None and value > maximum):
+                bound = "" if maximum is None else f" and at most M = {maximum}"
+                raise ValueError(f"`{name}` must be at least 1{bound}, got {value}.")
+        self._num_neighbors = int(num_neighbors)
+        self._prediction_batch_size = int(prediction_batch_size)
+        if precompute_cache is not None:
+            self.update_cache(precompute_cache)
+
+    @property
+    def num_neighbors(self) -> int:
+        """K, the nearest inducing inputs per test input (read-only)."""
+        return self._num_neighbors
+
+    @property
+    def prediction_batch_size(self) -> int:
+        """Rows of ``Xnew`` per chunk (read-only)."""
+        return self._prediction_batch_size
+
+    @staticmethod
+    @check_shapes(
+        "Z: [M, D]",
+        "X: [B, D]",
+        "neighbors: [B, K]",
+        "mask: [B, K]",
+        "return[0]: [B, K]",
+        "return[1]: [B]",
+    )
+    def conditional_on_neighbors(
+        kernel: kernels.Kernel,
+        Z: Any,
+        X: Any,
+        neighbors: Any,
+        mask: Any = None,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """
+        The conditional of :math:`f(\\mathbf x)` on the inducing variables of its neighbours
+        (eq. 9, 17-18) for each row x of ``X``: :math:`\\mathbf a = (K_{nn} + \\epsilon
+        I)^{-1}\\mathbf k_{nx}` and :math:`c = k_{xx} - \\mathbf k_{nx}^\\top\\mathbf a`. Entries
+        where ``mask`` is ``False`` are padding: identity rows and columns of :math:`K_{nn}`, no
+        covariance, so their :math:`a` is 0 (the Vecchia prior's :math:`j \\le K`).
+        """
+        Z_neighbors = tf.gather(Z, neighbors)  # [B, K, D]
+        joint = kernel(tf.concat([Z_neighbors, X[:, None, :]], axis=1))  # [B, K+1, K+1]
+        K_nn, k_nx, k_xx = joint[:, :-1, :-1], joint[:, :-1, -1], joint[:, -1, -1]
+        eye = tf.eye(tf.shape(K_nn)[-1], dtype=K_nn.dtype)
+        if mask is not None:
+            m = tf.cast(mask, K_nn.dtype)
+            K_nn = K_nn * m[:, :, None] * m[:, None, :] + eye * (1 - m[:, :, None])
+            k_nx = k_nx * m
+        what = "K_nn (the covariance of a point's nearest inducing points)"
+        L = checked_cholesky(K_nn + default_jitter() * eye, what)
+        a = tf.linalg.cholesky_solve(L, k_nx[..., None])[..., 0]
+        return a, k_xx - tf.reduce_sum(k_nx * a, axis=-1)
+
+    @check_shapes(
+        "return[0]: [M, D]",
+        "return[1]: [M, L]",
+        "return[2]: [M, L]",
+    )
+    def _live_values(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """:math:`Z`, :math:`\\mathbf m - \\mu(Z)` and :math:`\\mathbf s` from the parameters."""
+        Z = tf.convert_to_tensor(self.inducing_variable.Z)
+        residual = tf.convert_to_tensor(self.q_mu)
+        if self.mean_function is not None:
+            residual = residual - self.mean_function(Z)
+        return Z, residual, tf.square(tf.convert_to_tensor(self.q_sqrt))
+
+    @check_shapes(
+        "return[0]: [M, D]",
+        "return[1]: [M, L]",
+        "return[2]: [M, L]",
+    )
+    def _precompute(self) -> tuple[PrecomputedValue, ...]:
+        return tuple(PrecomputedValue(v, (False, False)) for v in self._live_values())
+
+    @inherit_check_shapes
+    def _conditional_with_precompute(
+        self,
+        cache: tuple[tf.Tensor, ...],
+        Xnew: Any,
+        full_cov: bool = False,
+        full_output_cov: bool = False,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        Z, residual, variances = cache
+        return self._marginals(Z, residual, variances, Xnew, full_cov, full_output_cov)
+
+    @inherit_check_shapes
+    def _conditional_fused(
+        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        Z, residual, variances = self._live_values()
+        return self._marginals(Z, residual, variances, Xnew, full_cov, full_output_cov)
+
+    def _marginals(
+        self,
+        Z: tf.Tensor,
+        residual: tf.Tensor,
+        variances: tf.Tensor,
+        Xnew: Any,
+        full_cov: bool,
+        full_output_cov: bool,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Eq. 25 at each row of ``Xnew``, without the mean function: [N, L] each."""
+        if full_cov or full_output_cov:
+            raise ValueError(
+                "VNNGP's q(f) is a product of marginals (Wu et al. 2022, eq. 11): use "
+                "full_cov=False and full_output_cov=False."
+            )
+        Xnew = tf.cast(Xnew, Z.dtype)
+        if Xnew.shape.rank != 2 or Xnew.shape[-1] not in (None, Z.shape[-1]):
+            raise ValueError(
+                f"`Xnew` must be [N, {Z.shape[-1]}] (the inducing inputs' dimension), got "
+                f"shape {tuple(Xnew.shape)}."
+            )
+        chunk = self._prediction_batch_size
+        num_chunks = (tf.shape(Xnew)[0] + chunk - 1) // chunk
+
+        def next_chunk(
+            index: tf.Tensor, means: tf.TensorArray, covariances: tf.TensorArray
+        ) -> tuple[tf.Tensor, tf.TensorArray, tf.TensorArray]:
+            X = Xnew[index * chunk : (index + 1) * chunk]
+            neighbors = graph_nearest_neighbors(Z, X, self._num_neighbors)
+            a, c = self.conditional_on_neighbors(self.kernel, Z, X, neighbors)
+            mean = tf.einsum("bk,bkl->bl", a, tf.gather(residual, neighbors))
+            spread = tf.einsum("bk,bkl->bl", tf.square(a), tf.gather(variances, neighbors))
+            variance = c[:, None] + spread
+            return index + 1, means.write(index, mean), covariances.write(index, variance)
+
+        def outputs() -> tf.TensorArray:
+            # one more slot, holding no rows, so that the concatenation is never empty
+            shape = [None, residual.shape[-1]]
+            array = tf.TensorArray(
+                Z.dtype, size=num_chunks + 1, infer_shape=False, element_shape=shape
+            )
+            return array.write(num_chunks, tf.zeros([0, tf.shape(residual)[-1]], Z.dtype))
+
+        _, means, covariances = tf.while_loop(
+            lambda index, *_: index < num_chunks,
+            next_chunk,
+            (tf.constant(0), outputs(), outputs()),
+            parallel_iterations=1,
+        )
+        return means.concat(), covariances.concat()
