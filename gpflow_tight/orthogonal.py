@@ -1,6 +1,7 @@
 """
 Orthogonally decoupled inducing variables (SOLVE-GP; Shi, Titsias & Mnih 2020; Fernlund 2022,
-ch. 5), and the computations every orthogonally decoupled model shares.
+ch. 5): the computations every orthogonally decoupled model and posterior shares, the block
+factorisation of the two inducing sets and the layout of latent GPs into blocks.
 
 Split the GP as :math:`f = f_\\parallel + f_\\perp` with
 :math:`f_\\parallel(x) = \\mathbf k_u(x)^\\top K_{uu}^{-1} \\mathbf u`. The residual
@@ -22,14 +23,25 @@ I))` is the block Cholesky factor of the jittered covariance of :math:`[\\mathbf
 v]`.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.base import TensorType
 from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
-from gpflow.kernels import Kernel
+from gpflow.inducing_variables import (
+    SeparateIndependentInducingVariables,
+    SharedIndependentInducingVariables,
+)
+from gpflow.kernels import (
+    IndependentLatent,
+    Kernel,
+    MultioutputKernel,
+    SeparateIndependent,
+    SharedIndependent,
+)
+from gpflow.models.util import inducingpoint_wrapper
 
 from .covariances.kuvs import Kuv
 from .inducing_variables.orthogonal import OrthogonalInducingVariables
@@ -37,6 +49,10 @@ from .validation import KUU, checked_cholesky
 
 __all__ = [
     "OrthogonalInducingVariables",
+    "LatentBlock",
+    "latent_kernels",
+    "latent_blocks",
+    "orthogonal_sets",
     "OrthogonalFactors",
     "orthogonal_factors",
     "orthogonal_projections",
@@ -240,3 +256,79 @@ def decoupled_marginals(
         - tf.reduce_sum(tf.square(a_v), axis=0)
     )
     return mean, tf.transpose(q_variance), residual
+
+
+class LatentBlock(NamedTuple):
+    """
+    Latent GPs that share a kernel and an orthogonal inducing set: ``latents`` selects their
+    columns of ``q_mu`` (all of them when one block serves every latent GP).
+    """
+
+    kernel: Kernel
+    inducing_variable: Any
+    latents: slice
+
+
+def latent_kernels(kernel: Kernel) -> list[Kernel]:
+    """The kernels of independent latent GPs (one for a single-output or shared kernel)."""
+    if isinstance(kernel, SeparateIndependent | IndependentLatent):
+        return list(kernel.kernels)
+    if isinstance(kernel, SharedIndependent):
+        return [kernel.kernel]
+    if isinstance(kernel, MultioutputKernel):
+        raise TypeError(
+            f"SOLVE-GP supports single-output kernels, SharedIndependent, SeparateIndependent "
+            f"and LinearCoregionalization; got {type(kernel).__name__}."
+        )
+    return [kernel]
+
+
+def latent_blocks(kernel: Kernel, orthogonal_inducing_variable: Any) -> list[LatentBlock]:
+    """The kernel and orthogonal inducing set of each group of latent GPs."""
+    latent = latent_kernels(kernel)
+    if isinstance(orthogonal_inducing_variable, SeparateIndependentInducingVariables):
+        sets = list(orthogonal_inducing_variable.inducing_variable_list)
+    else:
+        sets = [orthogonal_inducing_variable]
+    size = max(len(latent), len(sets))
+    if size == 1:
+        return [LatentBlock(latent[0], sets[0], slice(None))]
+    latent, sets = latent * (size // len(latent)), sets * (size // len(sets))
+    return [LatentBlock(k, v, slice(i, i + 1)) for i, (k, v) in enumerate(zip(latent, sets))]
+
+
+def _as_list(inducing_variable: Any) -> list[Any]:
+    if isinstance(inducing_variable, SeparateIndependentInducingVariables):
+        return list(inducing_variable.inducing_variable_list)
+    if isinstance(inducing_variable, SharedIndependentInducingVariables):
+        return [inducing_variable.inducing_variable]
+    return [inducingpoint_wrapper(inducing_variable)]
+
+
+def orthogonal_sets(kernel: Kernel, inducing_variable: Any, orthogonal: Any) -> Any:
+    """
+    One :class:`~gpflow_tight.OrthogonalInducingVariables` when every latent GP shares both
+    sets, else GPflow's ``SeparateIndependentInducingVariables`` of one per latent GP (they share
+    the regular sets' objects, so training moves both).
+    """
+    if orthogonal is None:
+        raise ValueError(
+            "Pass `orthogonal_inducing_variable` (an array [M_v, D] or inducing variables; an "
+            "array of shape [0, D] gives the model without orthogonal points)."
+        )
+    regular, orthogonal = _as_list(inducing_variable), _as_list(orthogonal)
+    size = max(len(regular), len(orthogonal), len(latent_kernels(kernel)))
+    if size == 1:
+        return OrthogonalInducingVariables(orthogonal[0], regular=regular[0])
+    for name, sets in (
+        ("inducing_variable", regular),
+        ("orthogonal_inducing_variable", orthogonal),
+    ):
+        if len(sets) not in (1, size):
+            raise ValueError(
+                f"`{name}` has {len(sets)} separate sets but the model has {size} latent GPs."
+            )
+    pairs = zip(orthogonal * (size // len(orthogonal)), regular * (size // len(regular)))
+    return SeparateIndependentInducingVariables(
+        [OrthogonalInducingVariables(v, regular=u) for v, u in pairs]
+    )

@@ -18,7 +18,7 @@ One module, as GPflow keeps its posteriors, in three sections: SOLVE-GP, Power E
 """
 
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -27,14 +27,15 @@ from gpflow import kernels
 from gpflow.conditionals.util import expand_independent_outputs, mix_latent_gp
 from gpflow.config import default_jitter
 from gpflow.covariances import Kuf
-from gpflow.inducing_variables import SeparateIndependentInducingVariables
 from gpflow.mean_functions import Zero
 from gpflow.posteriors import AbstractPosterior, PrecomputeCacheType, PrecomputedValue
 
 from .neighbors import graph_nearest_neighbors
 from .orthogonal import (
+    LatentBlock,
     OrthogonalFactors,
     decoupled_marginals,
+    latent_blocks,
     orthogonal_factors,
     orthogonal_projections,
     whiten_variational_parameters,
@@ -47,9 +48,6 @@ __all__ = [
     "CollapsedOrthogonalPosterior",
     "PowerEPPosterior",
     "VNNGPPosterior",
-    "LatentBlock",
-    "latent_kernels",
-    "latent_blocks",
     "whitened_block_q",
     "union_projection",
     "optimal_whitened_q",
@@ -62,45 +60,6 @@ __all__ = [
 
 # whitened q(u) and q(v⊥): (m̃_u [M_u, L], R_u [L or 1, M_u, M_u], m̃_v, R_v), S̃ = R Rᵀ
 WhitenedQ = tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]
-
-
-class LatentBlock(NamedTuple):
-    """
-    Latent GPs that share a kernel and an orthogonal inducing set: ``latents`` selects their
-    columns of ``q_mu`` (all of them when one block serves every latent GP).
-    """
-
-    kernel: kernels.Kernel
-    inducing_variable: Any
-    latents: slice
-
-
-def latent_kernels(kernel: kernels.Kernel) -> list[kernels.Kernel]:
-    """The kernels of independent latent GPs (one for a single-output or shared kernel)."""
-    if isinstance(kernel, kernels.SeparateIndependent | kernels.IndependentLatent):
-        return list(kernel.kernels)
-    if isinstance(kernel, kernels.SharedIndependent):
-        return [kernel.kernel]
-    if isinstance(kernel, kernels.MultioutputKernel):
-        raise TypeError(
-            f"SOLVE-GP supports single-output kernels, SharedIndependent, SeparateIndependent "
-            f"and LinearCoregionalization; got {type(kernel).__name__}."
-        )
-    return [kernel]
-
-
-def latent_blocks(kernel: kernels.Kernel, orthogonal_inducing_variable: Any) -> list[LatentBlock]:
-    """The kernel and orthogonal inducing set of each group of latent GPs."""
-    latent = latent_kernels(kernel)
-    if isinstance(orthogonal_inducing_variable, SeparateIndependentInducingVariables):
-        sets = list(orthogonal_inducing_variable.inducing_variable_list)
-    else:
-        sets = [orthogonal_inducing_variable]
-    size = max(len(latent), len(sets))
-    if size == 1:
-        return [LatentBlock(latent[0], sets[0], slice(None))]
-    latent, sets = latent * (size // len(latent)), sets * (size // len(sets))
-    return [LatentBlock(k, v, slice(i, i + 1)) for i, (k, v) in enumerate(zip(latent, sets))]
 
 
 def whitened_block_q(

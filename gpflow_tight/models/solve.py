@@ -17,23 +17,21 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
 from gpflow.config import default_float
-from gpflow.inducing_variables import (
-    SeparateIndependentInducingVariables,
-    SharedIndependentInducingVariables,
-)
 from gpflow.kernels import Kernel, LinearCoregionalization, MultioutputKernel
 from gpflow.kullback_leiblers import gauss_kl
-from gpflow.models.util import inducingpoint_wrapper
 from gpflow.posteriors import PrecomputeCacheType
 from gpflow.utilities import positive, to_default_float, triangular
 
-from ..orthogonal import OrthogonalFactors, OrthogonalInducingVariables, orthogonal_factors
+from ..orthogonal import (
+    LatentBlock,
+    OrthogonalFactors,
+    latent_blocks,
+    orthogonal_factors,
+    orthogonal_sets,
+)
 from ..posteriors import (
     CollapsedOrthogonalPosterior,
-    LatentBlock,
     OrthogonalPosterior,
-    latent_blocks,
-    latent_kernels,
     optimal_whitened_q,
     union_projection,
     whitened_block_q,
@@ -398,40 +396,3 @@ class TightSOLVEGP(SOLVEGP):
     """
 
     _default_relaxation = "beta"
-
-
-def _as_list(inducing_variable: Any) -> list[Any]:
-    if isinstance(inducing_variable, SeparateIndependentInducingVariables):
-        return list(inducing_variable.inducing_variable_list)
-    if isinstance(inducing_variable, SharedIndependentInducingVariables):
-        return [inducing_variable.inducing_variable]
-    return [inducingpoint_wrapper(inducing_variable)]
-
-
-def orthogonal_sets(kernel: Kernel, inducing_variable: Any, orthogonal: Any) -> Any:
-    """
-    One :class:`~gpflow_tight.OrthogonalInducingVariables` when every latent GP shares both
-    sets, else GPflow's ``SeparateIndependentInducingVariables`` of one per latent GP (they share
-    the regular sets' objects, so training moves both).
-    """
-    if orthogonal is None:
-        raise ValueError(
-            "Pass `orthogonal_inducing_variable` (an array [M_v, D] or inducing variables; an "
-            "array of shape [0, D] gives the model without orthogonal points)."
-        )
-    regular, orthogonal = _as_list(inducing_variable), _as_list(orthogonal)
-    size = max(len(regular), len(orthogonal), len(latent_kernels(kernel)))
-    if size == 1:
-        return OrthogonalInducingVariables(orthogonal[0], regular=regular[0])
-    for name, sets in (
-        ("inducing_variable", regular),
-        ("orthogonal_inducing_variable", orthogonal),
-    ):
-        if len(sets) not in (1, size):
-            raise ValueError(
-                f"`{name}` has {len(sets)} separate sets but the model has {size} latent GPs."
-            )
-    pairs = zip(orthogonal * (size // len(orthogonal)), regular * (size // len(regular)))
-    return SeparateIndependentInducingVariables(
-        [OrthogonalInducingVariables(v, regular=u) for v, u in pairs]
-    )

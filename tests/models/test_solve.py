@@ -289,8 +289,9 @@ def test_mean_function_and_heteroscedastic_shapes(rng):
 
 @pytest.mark.parametrize("num_outputs", [1, 2])
 def test_uncollapsed_at_the_optimal_q_equals_collapsed(rng, num_outputs):
-    """S17 and S16: compute_qu and compute_qv exported into SOLVEGP (whitened or not) gives L_SOLVE and the
-    same predictions; S10: T-SOLVEGP with beta = sigma^2 gives the collapsed T-bound."""
+    """S17 and S16: compute_qu and compute_qv exported into SOLVEGP (whitened or not) give
+    L_SOLVE and the same predictions; S10: T-SOLVEGP with beta = sigma^2 gives the collapsed
+    T-bound."""
     X, Y, Z_u, Z_v = problem(rng, num_outputs=num_outputs)
     b = solve_blocks(X, Z_u, Z_v, VARIANCE, LENGTHSCALE)
     model = collapsed(SOLVEGPR, X, Y, Z_u, Z_v)
