@@ -14,8 +14,8 @@ For inducing variables :math:`\\mathbf u` with covariance :math:`K_{uu}` and cro
 **Round-off policy.** :math:`d_n \\ge 0` exactly, but the subtraction can return a tiny
 negative number when :math:`\\mathbf x_n` (nearly) coincides with an inducing input.
 :func:`residual_variance` clips at zero, where the exact value lies; every model reads
-:math:`d_n` from it, so the tighter bounds' :math:`\\log(1 + d_n/\\sigma^2)`, Power EP's :math:`\\alpha d_n + \\sigma^2` and
-the marginal variances all see the same non-negative number.
+:math:`d_n` from it, so the tighter bounds' :math:`\\log(1 + d_n/\\sigma^2)`, Power EP's
+:math:`\\alpha d_n + \\sigma^2` and the marginal variances all see the same non-negative number.
 
 The Bayesian GPLVM replaces :math:`k_{nn}`, :math:`K_{uf}` and :math:`K_{uf}K_{fu}` by their
 expectations under :math:`q(\\mathbf x_n)` (the psi statistics); :func:`expected_projection`
@@ -45,6 +45,8 @@ __all__ = [
     "marginals_with_residual",
     "CollapsedTerms",
     "collapsed_common_terms",
+    "ExpectedProjection",
+    "expected_projection",
 ]
 
 INNER = "B = I + A Aᵀ (the whitened precision of the optimal q(u))"
@@ -218,3 +220,121 @@ def collapsed_common_terms(projection: Projection, sigma_sq: tf.Tensor) -> Colla
     B = AAT + tf.eye(tf.shape(A)[0], dtype=A.dtype)
     LB = checked_cholesky(B, INNER)
     return CollapsedTerms(sigma_sq, sigma, A, B, LB, AAT, projection.L, projection.residual)
+
+
+# ------------------------------------------------------------------------------------------------
+# The projection in psi-statistic form (the Bayesian GPLVM)
+
+
+class ExpectedProjection(NamedTuple):
+    """
+    The projection averaged over Gaussian inputs :math:`q(\\mathbf x_n)` (Titsias & Lawrence
+    2010), from the psi statistics :math:`\\psi_{0,n} = \\langle k_{nn}\\rangle`,
+    :math:`\\boldsymbol\\psi_{1,n} = \\langle\\mathbf k_{un}\\rangle` (the rows of
+    :math:`\\Psi_1` [N, M]) and :math:`\\Psi_{2,n} = \\langle\\mathbf k_{un}\\mathbf
+    k_{nu}\\rangle`, written with the covariance :math:`C_n = \\Psi_{2,n} -
+    \\boldsymbol\\psi_{1,n}\\boldsymbol\\psi_{1,n}^\\top` of :math:`\\mathbf k_{un}` under
+    :math:`q(\\mathbf x_n)`:
+
+    * ``L`` [M, M], :math:`LL^\\top = K_{uu} + \\varepsilon I`;
+    * ``A`` [M, N] :math:`= L^{-1}\\Psi_1^\\top`, with columns :math:`\\mathbf a_n`;
+    * ``V`` [M, M] :math:`= L^{-1}\\big(\\sum_n C_n\\big)L^{-\\top}`, so that
+      :math:`L^{-1}\\big(\\sum_n\\Psi_{2,n}\\big)L^{-\\top} = AA^\\top + V`;
+    * ``residual`` [N], :math:`\\langle d_n\\rangle = \\psi_{0,n} -
+      \\mathrm{tr}(K_{uu}^{-1}\\Psi_{2,n}) = \\psi_{0,n} - \\|\\mathbf a_n\\|^2 -
+      \\mathrm{tr}(K_{uu}^{-1}C_n)`, clipped at zero (:func:`residual_variance`).
+    """
+
+    L: tf.Tensor
+    A: tf.Tensor
+    V: tf.Tensor
+    residual: tf.Tensor
+
+
+@tf.custom_gradient
+def _centred_sum_and_trace(
+    psi1: tf.Tensor, psi2: tf.Tensor, weights: tf.Tensor
+) -> tuple[tuple[tf.Tensor, tf.Tensor], object]:
+    """
+    :math:`\\sum_n C_n` [M, M] and :math:`\\mathrm{tr}(W C_n)` [N] for :math:`C_n = \\Psi_{2,n} -
+    \\boldsymbol\\psi_{1,n}\\boldsymbol\\psi_{1,n}^\\top` and ``weights`` :math:`W` [M, M]. The
+    centred rows :math:`C_n` are formed once (and kept for the gradient with respect to
+    :math:`W`, :math:`\\sum_n \\bar t_n C_n`); the gradient with respect to ``psi2`` is the rank-2
+    matrix :math:`\\mathbf 1\\,\\mathrm{vec}(\\bar T)^\\top + \\bar{\\mathbf t}\\,
+    \\mathrm{vec}(W)^\\top` [N, M²], formed by one matrix product, and that with respect to
+    ``psi1`` costs :math:`O(NM^2)`.
+    """
+    num_inducing = tf.shape(weights)[0]
+    flat_shape = tf.stack([-1, num_inducing * num_inducing])
+    flat_psi2 = tf.reshape(psi2, flat_shape)
+    # centred per point before any sum or contraction: no large terms cancel afterwards
+    centred = flat_psi2 - tf.reshape(tf.einsum("na,nb->nab", psi1, psi1), flat_shape)
+    ones = tf.ones(tf.shape(centred)[:1], dtype=centred.dtype)
+    # the sum over points as a matrix-vector product: 2-5 times faster than reduce_sum on CPU
+    total = tf.reshape(tf.linalg.matvec(centred, ones, transpose_a=True), tf.shape(weights))
+    trace = tf.linalg.matvec(centred, tf.reshape(weights, [-1]))
+
+    def gradient(
+        d_total: tf.Tensor | None, d_trace: tf.Tensor | None
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        d_total = tf.zeros_like(total) if d_total is None else d_total
+        d_trace = tf.zeros_like(trace) if d_trace is None else d_trace
+        left = tf.stack([tf.ones_like(d_trace), d_trace], axis=1)  # [N, 2]
+        right = tf.stack([tf.reshape(d_total, [-1]), tf.reshape(weights, [-1])], axis=0)
+        d_psi2 = tf.reshape(tf.linalg.matmul(left, right), tf.shape(psi2))
+        # C_n depends on ψ1_n through -ψ1_n ψ1_nᵀ: the row gradient is -ψ1_n (G_n + G_nᵀ)
+        d_psi1 = -tf.linalg.matmul(psi1, d_total + tf.linalg.adjoint(d_total)) - d_trace[
+            :, None
+        ] * tf.linalg.matmul(psi1, weights + tf.linalg.adjoint(weights))
+        # from the centred rows, not Ψ2 minus the outer products: float32 gradients stay accurate
+        d_weights = tf.reshape(
+            tf.linalg.matvec(centred, d_trace, transpose_a=True), tf.shape(weights)
+        )
+        return d_psi1, d_psi2, d_weights
+
+    return (total, trace), gradient
+
+
+@check_shapes(
+    "psi0: [N]",
+    "psi1: [N, M]",
+    "psi2: [N, M, M]",
+    "L: [M, M]",
+    "return.L: [M, M]",
+    "return.A: [M, N]",
+    "return.V: [M, M]",
+    "return.residual: [N]",
+)
+def expected_projection(
+    psi0: tf.Tensor, psi1: tf.Tensor, psi2: tf.Tensor, L: tf.Tensor
+) -> ExpectedProjection:
+    """
+    The projection of inputs :math:`\\mathbf x_n \\sim q(\\mathbf x_n)` from their per-point psi
+    statistics (``gpflow.expectations`` before the sum over points), at :math:`O(NM^2 + M^3)`:
+    the collapsed Bayesian GPLVM bound (Titsias & Lawrence 2010) reads
+    :math:`L^{-1}\\Psi_1^\\top` and :math:`L^{-1}(\\sum_n\\Psi_{2,n})L^{-\\top}` from it,
+    the tighter one (Bui, Ashman & Turner 2025, §5) also the per-point :math:`\\langle
+    d_n\\rangle`.
+
+    :math:`L^{-1}` is applied to the mean :math:`\\boldsymbol\\psi_{1,n}` by a triangular solve
+    and to the spread :math:`C_n` separately (two triangular solves of :math:`\\sum_n C_n`; the
+    per-point :math:`\\mathrm{tr}(K_{uu}^{-1}C_n)` is linear in :math:`C_n`, so at this cost it is
+    a contraction with :math:`K_{uu}^{-1} = L^{-\\top}L^{-1}`). :math:`C_n` is small wherever
+    :math:`q(\\mathbf x_n)` is narrow, so the round-off amplified by an ill-conditioned
+    :math:`K_{uu}` stays small: in float32 the bounds are then as accurate as the float32 psi
+    statistics allow, several times closer to float64 than those formed from :math:`\\Psi_{2,n}`
+    directly (as GPflow's ``BayesianGPLVM`` does).
+
+    :param psi0: :math:`\\psi_{0,n}` [N].
+    :param psi1: :math:`\\Psi_1` [N, M].
+    :param psi2: :math:`\\Psi_{2,n}` per point [N, M, M].
+    :param L: the Cholesky factor of :math:`K_{uu} + \\varepsilon I` (:func:`inducing_cholesky`).
+    """
+    A = tf.linalg.triangular_solve(L, tf.linalg.adjoint(psi1), lower=True)
+    L_inv = tf.linalg.triangular_solve(L, tf.eye(tf.shape(L)[0], dtype=L.dtype), lower=True)
+    Kuu_inv = tf.linalg.matmul(L_inv, L_inv, transpose_a=True)
+    cov_sum, cov_trace = _centred_sum_and_trace(psi1, psi2, Kuu_inv)
+    V = tf.linalg.triangular_solve(
+        L, tf.linalg.adjoint(tf.linalg.triangular_solve(L, cov_sum, lower=True)), lower=True
+    )
+    return ExpectedProjection(L, A, V, residual_variance(psi0 - cov_trace, A))
