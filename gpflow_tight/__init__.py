@@ -15,7 +15,6 @@ from . import (
     projection,
     relaxation,
     serving,
-    tighter,
     tilted,
     training,
 )
@@ -80,7 +79,6 @@ __all__ = [
     "serving",
     "datasets",
     "neighbors",
-    "tighter",
     "tilted",
     "training",
 ]

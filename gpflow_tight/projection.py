@@ -19,7 +19,8 @@ negative number when :math:`\\mathbf x_n` (nearly) coincides with an inducing in
 
 The Bayesian GPLVM replaces :math:`k_{nn}`, :math:`K_{uf}` and :math:`K_{uf}K_{fu}` by their
 expectations under :math:`q(\\mathbf x_n)` (the psi statistics); :func:`expected_projection`
-is the same projection in that form, by triangular solves as GPflow's ``BayesianGPLVM`` does.
+is the same projection in that form, with each point's :math:`\\Psi_{2,n}` centred by
+:math:`\\boldsymbol\\psi_{1,n}\\boldsymbol\\psi_{1,n}^\\top` before it meets :math:`K_{uu}^{-1}`.
 """
 
 from typing import NamedTuple
