@@ -90,7 +90,8 @@ def _probit(jitter: float, y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor) -
     """
     :math:`\\alpha = 1` with :math:`p(y = 1 \\mid f) = \\epsilon + (1 - 2\\epsilon)\\Phi(f)`:
     :math:`\\tilde Z = \\epsilon + (1 - 2\\epsilon)\\Phi(z)`, :math:`z = s m / \\sqrt{1 + v}`,
-    :math:`s = 2y - 1` (§3.5 of the spec, extended to GPflow's jittered probit).
+    :math:`s = 2y - 1` (Bui, Yan & Turner 2017, §3.8 at :math:`\\alpha = 1`; Rasmussen & Williams
+    2006, eq. 3.82), extended to GPflow's jittered probit.
     """
     sign = 2 * y - 1
     scale = tf.sqrt(1 + variance)
