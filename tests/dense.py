@@ -1,14 +1,15 @@
 """
-Dense numpy references written from the papers and specifications (spec/tight.md, spec/solve.md),
-independent of the package and of GPflow: every kernel matrix is built here with numpy, every
-inverse is a dense ``np.linalg.solve``, and multi-output processes are written as explicit
-stacked matrices (outputs or latent GPs stacked block by block).
+Dense numpy references written from the papers (Bui, Ashman & Turner 2025; Fernlund 2022) and
+the derivations in docs/tight.md and docs/solve.md, independent of the package and of GPflow:
+every kernel matrix is built here with numpy, every inverse is a dense ``np.linalg.solve``, and
+multi-output processes are written as explicit stacked matrices (outputs or latent GPs stacked
+block by block).
 """
 
 import numpy as np
 from scipy.stats import multivariate_normal
 
-JITTER = 1e-6  # GPflow's default jitter, added to every K_uu (spec/solve.md §1.7)
+JITTER = 1e-6  # GPflow's default jitter, added to every K_uu (as in docs/solve.md)
 
 
 def scaled_sq_dist(A, B, lengthscales):
@@ -41,7 +42,7 @@ def prior_conditional(Kuu, Kuf, kff, q_mean, q_cov):
     """
     The SVGP marginals at the columns of ``Kuf`` [M, N] for q(u) = N(q_mean, q_cov): the mean
     μ = K_fu K_uu⁻¹ m, the variance carried by q(u), s = diag(K_fu K_uu⁻¹ S K_uu⁻¹ K_uf), and the
-    prior-conditional residual d = k_ff − diag(K_fu K_uu⁻¹ K_uf) (spec/tight.md §2).
+    prior-conditional residual d = k_ff − diag(K_fu K_uu⁻¹ K_uf) (Bui, Ashman & Turner 2025, §3).
     """
     P = np.linalg.solve(Kuu, Kuf).T  # K_fu K_uu⁻¹ [N, M]
     mean = P @ q_mean
@@ -56,7 +57,7 @@ def expected_log_gaussian(y, mean, variance, noise):
 
 
 def relaxation_term(m):
-    """½ Σ (1 + log m − m) (spec/tight.md §2)."""
+    """½ Σ (1 + log m − m) (Bui, Ashman & Turner 2025, eq. 8)."""
     return 0.5 * np.sum(1.0 + np.log(m) - m)
 
 
@@ -81,7 +82,7 @@ def nystrom(kern, X, Z):
 
 def tight_sgpr_bound(Y, Kff, Qff, noise):
     """
-    Bui et al. eq. 9 with per-point noise variances σ_n² [N] (spec/tight.md §3):
+    Bui, Ashman & Turner 2025, eq. 9, with per-point noise variances σ_n² [N] (docs/tight.md):
     log N(y | 0, Q_ff + diag σ²) − ½ Σ_n log(1 + d_n / σ_n²), summed over the output columns.
     """
     d = np.diag(Kff - Qff)

@@ -1,6 +1,6 @@
 """
-Dense numpy references written from the specification (spec/tight.md), independent of the
-package: every quantity is built from full N x N matrices with numpy/scipy.
+Dense numpy references written from Bui, Ashman & Turner 2025 (and docs/tight.md), independent
+of the package: every quantity is built from full N x N matrices with numpy/scipy.
 """
 
 import numpy as np
@@ -30,8 +30,9 @@ def log_gauss(y, cov):
 
 def collapsed_bounds(X, Y, Z, variance, lengthscale, noise):
     """
-    The collapsed bounds of spec/tight.md §3 with (per-point) noise variances `noise` [N]:
-    F1 (Titsias), F5 (Artemev et al.), F4 (T-SGPR), F8 (Appendix A) and log p(y).
+    The collapsed bounds of Bui, Ashman & Turner 2025 with (per-point) noise variances `noise`
+    [N]: F1 (Titsias, eq. 6), F5 (Artemev et al., eq. 13), F4 (T-SGPR, eq. 9), F8 (Appendix A)
+    and log p(y).
     """
     noise = np.broadcast_to(noise, (len(X),))
     Kff, Qff, Dff = nystrom_parts(X, Z, variance, lengthscale)
@@ -64,8 +65,9 @@ def gauss_kl(mu, S, K):
 
 def tight_svgp_gaussian_elbo(X, y, Z, variance, lengthscale, noise, q_mu, q_cov, beta):
     """
-    The T-SVGP bound (spec §2) for one latent GP, unwhitened q(u) = N(q_mu, q_cov), a Gaussian
-    likelihood and m_n = beta / (d_n + beta), written with dense matrices.
+    The T-SVGP bound (Bui, Ashman & Turner 2025, eq. 8) for one latent GP, unwhitened
+    q(u) = N(q_mu, q_cov), a Gaussian likelihood and m_n = beta / (d_n + beta),
+    written with dense matrices.
     """
     Kfu = se_kernel(X, Z, variance, lengthscale)
     Kuu = se_kernel(Z, Z, variance, lengthscale) + 1e-6 * np.eye(len(Z))
@@ -79,7 +81,10 @@ def tight_svgp_gaussian_elbo(X, y, Z, variance, lengthscale, noise, q_mu, q_cov,
 
 
 def exact_tight_predictive_variance(X, Z, Xnew, variance, lengthscale, noise, q_cov, jitter=1e-6):
-    """Eq. 12 of the paper with the symmetric S_f = M^1/2 D_ff M^1/2 (spec §4), dense."""
+    """
+    Bui, Ashman & Turner 2025, eq. 12, with the symmetric S_f = M^1/2 D_ff M^1/2 in place of the
+    printed M D_ff (docs/tight.md, Errata and findings), dense.
+    """
     Kuu = se_kernel(Z, Z, variance, lengthscale) + jitter * np.eye(len(Z))
     Kuf = se_kernel(Z, X, variance, lengthscale)
     Kus = se_kernel(Z, Xnew, variance, lengthscale)

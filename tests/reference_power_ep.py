@@ -1,7 +1,7 @@
 """
-Dense numpy references for Power EP, written from spec/powerep.md and independent of the
-package: explicit N x N matrices, per-point loops over cavities, scipy quadrature and textbook
-EP for GP classification (Rasmussen & Williams 2006, Algorithm 3.5).
+Dense numpy references for Power EP, written from Bui, Yan & Turner 2017 and docs/power_ep.md
+and independent of the package: explicit N x N matrices, per-point loops over cavities, scipy
+quadrature and textbook EP for GP classification (Rasmussen & Williams 2006, Algorithm 3.5).
 """
 
 import numpy as np
@@ -19,7 +19,7 @@ def power_term(alpha, matrix):
 
 
 def pep_kbar(Qff, Dff, noise, alphas, blocks):
-    """K̄ = Q_ff + blkdiag(α_b D_bb) + diag(σ²) (spec §2.1)."""
+    """K̄ = Q_ff + blkdiag(α_b D_bb) + diag(σ²) (Bui, Yan & Turner 2017, §3.7)."""
     Kbar = Qff + np.diag(noise)
     for alpha, block in zip(alphas, blocks):
         Kbar[np.ix_(block, block)] += alpha * Dff[np.ix_(block, block)]
@@ -27,7 +27,10 @@ def pep_kbar(Qff, Dff, noise, alphas, blocks):
 
 
 def pep_objective(Qff, Dff, Y, noise, alphas, blocks, power_correction=True):
-    """The corrected structured objective of spec §2.1 (singleton blocks give eq. 128)."""
+    """
+    The structured objective of Bui, Yan & Turner 2017, §3.7, with the sign and log-determinant
+    corrected (docs/power_ep.md, "Erratum (paper §3.7)"); singleton blocks give eq. 128.
+    """
     noise = np.broadcast_to(noise, (len(Y),)).astype(float)
     value = log_gauss(Y, pep_kbar(Qff, Dff, noise, alphas, blocks))
     if power_correction:
@@ -39,7 +42,7 @@ def pep_objective(Qff, Dff, Y, noise, alphas, blocks, power_correction=True):
 
 
 def pep_posterior(Kuu, Kuf, Kbar, Y):
-    """q(u) = N(K_uf K̄⁻¹ y, K_uu - K_uf K̄⁻¹ K_fu) (spec §1.2, §2.1)."""
+    """q(u) = N(K_uf K̄⁻¹ y, K_uu - K_uf K̄⁻¹ K_fu) (Bui, Yan & Turner 2017, §3.6-3.7)."""
     solve = np.linalg.solve(Kbar, np.column_stack([Y, Kuf.T]))
     return Kuf @ solve[:, : Y.shape[1]], Kuu - Kuf @ solve[:, Y.shape[1] :]
 

@@ -1,6 +1,7 @@
 """
-Dense numpy references for the SOLVE-GP family, written from spec/solve.md (§1-§3) with full
-N x N matrices and explicit inverses, independent of the package's blocked computations.
+Dense numpy references for the SOLVE-GP family, written from Fernlund 2022 (ch. 5), Bui, Ashman
+& Turner 2025 (eq. 14) and docs/solve.md (Derivations) with full N x N matrices and explicit
+inverses, independent of the package's blocked computations.
 """
 
 import numpy as np
@@ -9,7 +10,7 @@ from tests.reference import gauss_kl, log_gauss, se_kernel
 
 
 def solve_blocks(X, Z_u, Z_v, variance, lengthscale, jitter=1e-6):
-    """The kernel blocks of spec §1.2 with the jitter convention of §1.7."""
+    """The kernel blocks of Fernlund 2022, eq. 5.5, with the jitter convention of docs/solve.md."""
 
     def k(A, B):
         return se_kernel(A, B, variance, lengthscale)
@@ -24,7 +25,7 @@ def solve_blocks(X, Z_u, Z_v, variance, lengthscale, jitter=1e-6):
 
 
 def thesis_bound(Y, b, noise, tight=False):
-    """Fernlund's eq. 5.33 (spec §2.2), or its tighter version (spec §3.3)."""
+    """Fernlund 2022, eq. 5.33, or its tighter version (docs/solve.md, Derivations)."""
     d = np.diag(b["K_ff"] - b["Q_u"] - b["Q_v"])
     penalty = np.sum(np.log1p(d / noise)) if tight else np.sum(d) / noise
     N, P = Y.shape
@@ -32,7 +33,7 @@ def thesis_bound(Y, b, noise, tight=False):
 
 
 def optimal_q(Y, b, noise):
-    """Fernlund's eq. 5.26, in the [D] closed forms of spec §2.1."""
+    """Fernlund 2022, eq. 5.26, with the means in closed form (docs/solve.md, Derivations)."""
     N = len(Y)
     Sigma = b["Q_u"] + b["Q_v"] + noise * np.eye(N)
     m_u = b["K_uf"] @ np.linalg.solve(Sigma, Y)
@@ -44,7 +45,7 @@ def optimal_q(Y, b, noise):
 
 
 def marginals(b, m_u, S_u, m_v, S_v):
-    """Mean, variance carried by q (s_n) and residual d_n at the training inputs (§1.6)."""
+    """Mean, variance carried by q (s_n) and residual d_n at X (Fernlund 2022, eqs. 5.14-5.15)."""
     Wu = np.linalg.solve(b["K_uu"], b["K_uf"])  # K_uu⁻¹ K_uf
     Wv = np.linalg.solve(b["C_vv"], b["C_vf"])  # C_vv⁻¹ C_vf
     mean = Wu.T @ m_u + Wv.T @ m_v
@@ -55,8 +56,8 @@ def marginals(b, m_u, S_u, m_v, S_v):
 
 def uncollapsed_elbo(Y, b, noise, m_u, S_u, m_v, S_v, relaxation=None):
     """
-    The uncollapsed SOLVE-GP ELBO (spec §1.6) with a Gaussian likelihood, or T-SOLVEGP
-    (Bui et al. eq. 14) when `relaxation` maps d_n to m_n.
+    The uncollapsed SOLVE-GP ELBO (Fernlund 2022, eqs. 5.17-5.24) with a Gaussian likelihood, or
+    T-SOLVEGP (Bui, Ashman & Turner 2025, eq. 14) when `relaxation` maps d_n to m_n.
     """
     mean, s, d = marginals(b, m_u, S_u, m_v, S_v)
     m = np.ones_like(d) if relaxation is None else relaxation(d)
@@ -72,7 +73,7 @@ def uncollapsed_elbo(Y, b, noise, m_u, S_u, m_v, S_v, relaxation=None):
 
 
 def predictive(Xnew, Z_u, Z_v, b, m_u, S_u, m_v, S_v):
-    """Fernlund's eqs. 5.14-5.15 (spec §1.5): full mean [N*, P] and covariance [N*, N*]."""
+    """Fernlund 2022, eqs. 5.14-5.15: full mean [N*, P] and covariance [N*, N*]."""
     k = b["k"]
     K_us = k(Z_u, Xnew)
     C_vs = k(Z_v, Xnew) - k(Z_u, Z_v).T @ np.linalg.solve(b["K_uu"], K_us)
@@ -85,9 +86,10 @@ def predictive(Xnew, Z_u, Z_v, b, m_u, S_u, m_v, S_v):
 
 def algorithm3(X, y, Z_u, Z_v, Xnew, variance, lengthscale, noise, printed_line_20=False):
     """
-    A line-by-line port of Fernlund's Algorithm 3 (spec §2.5), with the N x N matrices of lines
-    22-25 and the line-20 erratum corrected unless `printed_line_20`. Jitter 1e-6 on K_uu and
-    C_vv (spec §1.7). Returns (bound, mean, variance) for one output column y [N].
+    A line-by-line port of Fernlund 2022, Algorithm 3 (§5.4.3), with the N x N matrices of lines
+    22-25 and the line-20 erratum (docs/solve.md, errata) corrected unless `printed_line_20`.
+    Jitter 1e-6 on K_uu and C_vv (the convention of docs/solve.md). Returns (bound, mean,
+    variance) for one output column y [N].
     """
 
     def k(A, B):

@@ -279,14 +279,42 @@ def test_expected_projection_against_dense_formulas(rng):
     psi1 = gpflow.expectations.expectation(q_x, (kernel, iv))
     psi2 = gpflow.expectations.expectation(q_x, (kernel, iv), (kernel, iv))
     L = inducing_cholesky(iv, kernel)
-    projection = expected_projection(psi0, psi1, psi2, L)
-    L = L.numpy()
-    np.testing.assert_allclose(projection.A, np.linalg.solve(L, psi1.numpy().T), rtol=1e-10)
-    AAT = projection.A.numpy() @ projection.A.numpy().T + projection.V.numpy()
-    dense = np.linalg.solve(L, np.linalg.solve(L, psi2.numpy().sum(0)).T)
-    np.testing.assert_allclose(AAT, dense, rtol=1e-10, atol=1e-10 * np.abs(dense).max())
     residual = expected_residuals(kernel, X_mean, X_var, Z)
-    np.testing.assert_allclose(projection.residual, residual, rtol=1e-9, atol=1e-13)
+    dense_A = np.linalg.solve(L.numpy(), psi1.numpy().T)
+    dense = np.linalg.solve(L.numpy(), np.linalg.solve(L.numpy(), psi2.numpy().sum(0)).T)
+    for centred in (True, False):  # float64 contracts directly by default; both forms agree
+        projection = expected_projection(psi0, psi1, psi2, L, centred=centred)
+        np.testing.assert_allclose(projection.A, dense_A, rtol=1e-10)
+        AAT = projection.A.numpy() @ projection.A.numpy().T + projection.V.numpy()
+        np.testing.assert_allclose(AAT, dense, rtol=1e-10, atol=1e-10 * np.abs(dense).max())
+        np.testing.assert_allclose(projection.residual, residual, rtol=1e-9, atol=1e-13)
+
+
+def test_centred_and_direct_expected_projection_have_the_same_gradients(rng):
+    """The two forms of the custom-gradient contraction against each other, in float64."""
+    from gpflow_tight.projection import expected_projection, inducing_cholesky
+
+    Y, X_mean, X_var, Z = make_problem(rng)
+    kernel = se_kernel()
+    iv = gpflow.inducing_variables.InducingPoints(Z)
+    mean = tf.Variable(X_mean)
+    gradients = []
+    for centred in (True, False):
+        with tf.GradientTape() as tape:
+            q_x = gpflow.probability_distributions.DiagonalGaussian(mean, X_var)
+            psi = [
+                gpflow.expectations.expectation(q_x, kernel),
+                gpflow.expectations.expectation(q_x, (kernel, iv)),
+                gpflow.expectations.expectation(q_x, (kernel, iv), (kernel, iv)),
+            ]
+            projection = expected_projection(*psi, inducing_cholesky(iv, kernel), centred)
+            value = tf.reduce_sum(tf.math.log1p(projection.residual)) + tf.reduce_sum(
+                projection.V * tf.linalg.matmul(projection.A, projection.A, transpose_b=True)
+            )
+        variables = [mean, *kernel.trainable_variables]
+        gradients.append([g.numpy() for g in tape.gradient(value, variables)])
+    for centred_gradient, direct_gradient in zip(*gradients):
+        np.testing.assert_allclose(centred_gradient, direct_gradient, rtol=1e-9, atol=1e-12)
 
 
 def float32_problem(rng):
@@ -342,11 +370,12 @@ def test_float32_bounds_are_as_accurate_as_their_psi_statistics(rng):
             assert errors[name] < min(0.25, errors["gpflow"]), errors
 
 
-def test_centred_sum_and_trace_gradient_matches_autodiff(rng):
-    """The custom gradient of the fused centring, sum and contraction equals TensorFlow's own
+@pytest.mark.parametrize("centre", [True, False])
+def test_sum_and_trace_gradient_matches_autodiff(rng, centre):
+    """The custom gradient of the fused (centring,) sum and contraction equals TensorFlow's own
     (also for non-symmetric inputs), for both outputs used, either one alone, and under
     tf.function."""
-    from gpflow_tight.projection import _centred_sum_and_trace
+    from gpflow_tight.projection import _sum_and_trace
 
     psi1 = tf.constant(rng.standard_normal((7, 3)))
     psi2 = tf.constant(rng.standard_normal((7, 3, 3)))
@@ -355,7 +384,7 @@ def test_centred_sum_and_trace_gradient_matches_autodiff(rng):
     inputs = [psi1, psi2, weights]
 
     def plain(psi1, psi2, weights):
-        centred = psi2 - psi1[:, :, None] * psi1[:, None, :]
+        centred = psi2 - psi1[:, :, None] * psi1[:, None, :] if centre else psi2
         return tf.reduce_sum(centred, 0), tf.einsum("ab,nab->n", weights, centred)
 
     def gradients(function):
@@ -372,7 +401,10 @@ def test_centred_sum_and_trace_gradient_matches_autodiff(rng):
             results.append(tape.gradient(value, inputs))
         return results
 
-    for fused in (_centred_sum_and_trace, tf.function(_centred_sum_and_trace)):
+    def fused_op(psi1, psi2, weights):
+        return _sum_and_trace(psi1, psi2, weights, centre)
+
+    for fused in (fused_op, tf.function(fused_op)):
         for output, expected in zip(fused(*inputs), plain(*inputs)):
             np.testing.assert_allclose(output, expected, rtol=1e-12)
         for got, expected in zip(gradients(fused), gradients(plain)):

@@ -1,6 +1,26 @@
 """
-PowerEPSGP with a Gaussian likelihood (closed form; Bui, Yan & Turner 2017, §3.6-3.7, eq. 128,
-properties 1-14): against GPRFITC, SGPR, GPR and dense numpy formulas written from the paper.
+PowerEPSGP with a Gaussian likelihood (closed form; Bui, Yan & Turner 2017, §3.6-3.7, eq. 128):
+against GPRFITC, SGPR, GPR and dense numpy formulas written from the paper. Equation, section
+and Remark numbers are the paper's.
+
+Property ids used in this file's comments and docstrings (10, 11 and 15-21, on site updates, are
+in test_power_ep_sites.py):
+1  α = 1 is FITC (Remark 2): objective and predictions equal gpflow.models.GPRFITC's.
+2  α = 0 is Titsias's VFE (Remark 3): objective and predictions equal gpflow.models.SGPR's.
+3  log Z(α) - log Z(0) = O(α): the α = 0 branch is the limit of the α > 0 formula.
+4  the stable O(NM²) objective and predictions equal the dense formula (eq. 128).
+5  Z = X: log Z(α) is the exact log p(y) for every α.
+6  log Z(α) is non-decreasing in α (also per point and per block), so VFE ≤ log Z(α) ≤ FITC
+   (each likelihood becomes its power mean of order α; docs/power_ep.md).
+7  VFE ≤ log p(y).
+8  log Z(α) ≤ log N(y; 0, K̄_α), the evidence of the α-generative model (eq. 4), equal at α = 1.
+9  q(u) and the predictive are the exact posterior of the α-generative model.
+12 blocks (§3.7, with the sign and log-determinant corrected as in docs/power_ep.md): α_b = 1 is
+   PITC (Remark 5), singleton blocks the diagonal form, α_b = 0 VFE for any partition (Remark 6).
+13 multi-power (§3.7): all α_n = α is the single-α form; random α_n with per-point noise equal
+   the dense formula.
+14 inter-domain (§3.7): the identity transform W = δ gives the inducing-point code path.
+22 the Bayesian committee machine is PITC with Z = X* and the blocks as its parts.
 """
 
 import gpflow
@@ -183,7 +203,7 @@ def test_objective_non_decreasing_in_alpha_and_bounded_by_generative(seed):
     )
 
 
-# --- §2: multi-power, blocks (PITC), per-point noise, inter-domain ---------------------------
+# --- §3.7: multi-power, blocks (PITC), per-point noise, inter-domain -------------------------
 
 
 def test_per_point_alpha_and_noise_equal_dense_formula(rng):

@@ -1,8 +1,24 @@
 """
-PowerEPSGP with Power-EP site updates (Bui et al. 2017, §3.4 and App. F; properties 10-11 and
-15-21): the energy against its per-point definition, the Gaussian case against the closed form,
-probit classification against textbook EP and the SVGP ELBO, and the tilted moments against
-scipy.
+PowerEPSGP with Power-EP site updates (Bui, Yan & Turner 2017, §3.4 and App. F): the energy
+against its per-point definition, the Gaussian case against the closed form, probit
+classification against textbook EP and the SVGP ELBO, and the tilted moments against scipy.
+Equation, section and Remark numbers are the paper's.
+
+Property ids used in this file's comments and docstrings (the others are in test_power_ep.py):
+10 Gaussian likelihood: one undamped full sweep gives the closed-form sites (y_n, α d_n + σ²)
+   (§3.6, Remark 4); fractional sweeps (eqs. 108-109) converge as τ^(k) = τ* (1 - (1 - α)^k)
+   (docs/power_ep.md, "Erratum (Remark 4)").
+11 the energy (eq. 110) at the regression fixed point equals the closed form, eq. 128.
+15 at arbitrary sites the energy equals eq. 110 evaluated point by point with explicit cavities
+   (vectorised form derived in docs/power_ep.md, "Energy").
+16 at fixed sites, F_α - ELBO(q) = O(α) as α → 0 (App. G.2).
+17 at a converged fixed point the energy is stationary in the sites.
+18 probit tilted moments (§3.8, App. G.2): the α = 1 closed form equals quadrature and autodiff,
+   and quadrature moments equal scipy integration.
+19 α = 1 with Z = X is textbook EP for GP classification (App. I.5; Rasmussen & Williams 2006,
+   Algorithm 3.5).
+20 log-concave likelihood: every new site variance v_new ≥ d_n, so the sites stay valid.
+21 a fixed point is a fixed point: one more sweep leaves the sites unchanged.
 """
 
 import gpflow

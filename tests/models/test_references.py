@@ -1,7 +1,8 @@
 """
 Independent references for the tighter models (issue 13): every number is asserted against a dense
-numpy formula written from spec/tight.md and spec/solve.md (tests/dense.py, never the package),
-a GPflow model the method must reduce to, or GPflow's own accuracy on the same problem.
+numpy formula written from the papers and docs/tight.md, docs/solve.md (tests/dense.py, never
+the package), a GPflow model the method must reduce to, or GPflow's own accuracy on the same
+problem.
 
 * TightSVGP, T-SVGP (Bui, Ashman & Turner 2025, eq. 8): at a training input q(f_n) has variance
   v_n = s_n + m_n d_n, with d_n = k_nn − k_nu K_uu⁻¹ k_un, s_n the variance carried by q(u) and
@@ -455,8 +456,9 @@ def test_heteroscedastic_thesis_bound_is_sgpr_and_tsgpr_on_the_union(rng):
 
 def test_heteroscedastic_solve_bound_is_the_uncollapsed_elbo_at_its_optimum(rng):
     """
-    bound="solve" is the uncollapsed SOLVE-GP ELBO (spec/solve.md §1.6) at its optimal mean-field
-    q(u) q(v⊥), here with Λ = diag σ_n² in place of σ²I in eq. 5.26 (spec §2.1): m_u = K_uf Σ⁻¹y,
+    bound="solve" is the uncollapsed SOLVE-GP ELBO (Fernlund 2022, eqs. 5.17-5.24) at its optimal
+    mean-field q(u) q(v⊥), here with Λ = diag σ_n² in place of σ²I in Fernlund's eq. 5.26, with
+    the means in closed form (docs/solve.md, Derivations): m_u = K_uf Σ⁻¹y,
     m_v = C_vf Σ⁻¹y with Σ = Q_u + Q_v + Λ, S_u = K_uu (K_uu + K_uf Λ⁻¹ K_fu)⁻¹ K_uu and
     S_v = C_vv (C_vv + C_vf Λ⁻¹ C_fv)⁻¹ C_vv. The tighter variant replaces m_n = 1 by
     m_n = σ_n²/(d_n + σ_n²), which leaves the optimal q unchanged. Dense, explicit inverses.

@@ -1,7 +1,32 @@
 """
 SOLVEGPR, TightSOLVEGPR, SOLVEGP and TightSOLVEGP against dense references written from
-spec/solve.md (tests/reference_solve.py), GPflow's SGPR/SVGP/GPR and the package's T-models.
-Property ids S1-S19 refer to spec/solve.md §5.
+Fernlund 2022 and docs/solve.md, Derivations (tests/reference_solve.py), GPflow's SGPR/SVGP/GPR
+and the package's T-models. Eqs. 5.xx and "Algorithm 3" are Fernlund 2022's; eqs. 9 and 14 are
+Bui, Ashman & Turner 2025's. L_thesis is eq. 5.33 (= SGPR on Z_u ∪ Z_v), L_SOLVE = L_thesis -
+Delta the exact collapsed SOLVE-GP bound (docs/solve.md, Derivations), L_OD the bound of ODVGP
+(S_v = C_vv) at the same q(u) and m_v, and T- marks the tighter (eq. 9/14) versions.
+
+Property ids used in this file's docstrings:
+S1  bound="thesis" equals gpflow SGPR on Z_u ∪ Z_v, also after moving a point from Z_v to Z_u.
+S2  with no orthogonal (or no regular) points, every model equals SGPR/SVGP (T-SGPR/T-SVGP).
+S3  the predictive mean equals SGPR's on Z_u ∪ Z_v, for any Z_u and Z_v.
+S4  the predictive covariance is eq. 5.15 at the optimal q; SGPR's on the union if K_uf C_fv = 0.
+S5  L_OD <= L_SOLVE <= L_thesis <= log p(y).
+S6  L_SOLVE = L_thesis - Delta with Delta >= 0, the uncollapsed ELBO at the optimal q (eq. 5.26).
+S7  the uncollapsed ELBO is stationary at eq. 5.26.
+S8  for any q, the uncollapsed ELBO is at most L_SOLVE.
+S9  T-thesis = T-SGPR (eq. 9) on the union, T-solve = T-thesis - Delta, and each T-bound >= plain.
+S10 T-SOLVEGP (eq. 14) at eq. 5.26 with beta = sigma^2 is the collapsed T-solve bound;
+    beta = sigma^2 is optimal and beta -> inf gives SOLVEGP.
+S11 a port of Algorithm 3 agrees once its line 20 is corrected (docs/solve.md, errata).
+S12 Z_u ∪ Z_v = X: L_thesis = log p(y) and d = 0, but L_SOLVE < log p(y).
+S13 adding points to Z_v never lowers L_SOLVE or L_thesis, and L_SOLVE >= SGPR(Z_u).
+S14 Delta ~ 0 for well-separated u and v, Delta > 0 for overlapping ones.
+S15 bound="thesis" has the gradients of SGPR on the union (the same objective).
+S16 whitened and unwhitened SOLVEGP agree for corresponding q.
+S17 compute_qu()/compute_qv() exported into SOLVEGP give L_SOLVE and the same predictions.
+S18 T-SOLVEGP predicts as SOLVEGP; its training-input variance is m_n d_n + s_n.
+S19 shapes (full_cov, full_output_cov, several outputs, mean function) and float32.
 """
 
 import gpflow
@@ -98,7 +123,7 @@ def whitened_copy(model, Z_u, Z_v, cls=SOLVEGP, **kwargs):
 
 @pytest.mark.parametrize("num_outputs", [1, 2])
 def test_thesis_bound_is_sgpr_on_the_union(rng, num_outputs):
-    """S1, also after relabelling a point from Z_v to Z_u (P25)."""
+    """S1, also after relabelling a point from Z_v to Z_u."""
     X, Y, Z_u, Z_v = problem(rng, num_outputs=num_outputs)
     union = gpflow.models.SGPR((X, Y), kernel(), np.vstack([Z_u, Z_v]), noise_variance=NOISE)
     thesis = collapsed(SOLVEGPR, X, Y, Z_u, Z_v, bound="thesis")
@@ -311,7 +336,7 @@ def test_uncollapsed_at_the_optimal_q_equals_collapsed(rng, num_outputs):
 
 
 def test_uncollapsed_elbo_matches_dense_reference_for_any_q(rng):
-    """Spec §1.6 and B 14 for a random q; S8: never above L_SOLVE; S18: tighter variance."""
+    """Eqs. 5.17-5.24 and eq. 14 for a random q; S8: never above L_SOLVE; S18: tighter variance."""
     X, Y, Z_u, Z_v = problem(rng)
     b = solve_blocks(X, Z_u, Z_v, VARIANCE, LENGTHSCALE)
     L_u = np.tril(0.3 * rng.standard_normal((5, 5))) + np.diag(rng.uniform(0.2, 0.6, 5))
@@ -333,7 +358,7 @@ def test_uncollapsed_elbo_matches_dense_reference_for_any_q(rng):
 
 
 def test_gradient_vanishes_at_the_optimal_q(rng):
-    """S7: T 5.26 is a stationary point of the uncollapsed ELBO (whitened parameters)."""
+    """S7: eq. 5.26 is a stationary point of the uncollapsed ELBO (whitened parameters)."""
     X, Y, Z_u, Z_v = problem(rng)
     model = collapsed(SOLVEGPR, X, Y, Z_u, Z_v)
     uncollapsed = whitened_copy(
@@ -585,7 +610,7 @@ def test_checkpoint_restores_both_variational_distributions(rng, tmp_path):
 
 
 def test_orthogonal_inducing_variables_through_gpflow_dispatch(rng):
-    """Kuu gives C_vv + jitter and Kuf gives C_vf (spec §1.7); SVGP accepts the set alone."""
+    """Kuu gives C_vv + jitter and Kuf gives C_vf (docs/solve.md); SVGP accepts the set alone."""
     X, Y, Z_u, Z_v = problem(rng)
     b = solve_blocks(X, Z_u, Z_v, VARIANCE, LENGTHSCALE)
     orthogonal = OrthogonalInducingVariables(Z_v, regular=Z_u)

@@ -117,9 +117,9 @@ def test_exact_predictive_variance_matches_dense_formula(rng):
 
 def test_exact_variance_at_training_inputs_is_cheap_form(rng):
     """
-    At x_n the exact variance is m_n d_n + k_nu K_uu^-1 S_u K_uu^-1 k_un (spec §4). The identity
-    is exact without jitter; the jitter added to D_ff moves it by about the jitter, so it is
-    checked with a small jitter.
+    At x_n the exact variance is m_n d_n + k_nu K_uu^-1 S_u K_uu^-1 k_un (Bui, Ashman & Turner
+    2025, after eq. 12). The identity is exact without jitter; the jitter added to D_ff moves it
+    by about the jitter, so it is checked with a small jitter.
     """
     jitter = 1e-9
     X, Y, Z = make_problem(rng, num_data=30)

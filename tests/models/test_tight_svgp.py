@@ -68,7 +68,10 @@ def test_whitened_elbo_equals_dense_reference(rng):
 
 @pytest.mark.parametrize("num_outputs", [1, 2])
 def test_optimal_qu_and_beta_equal_tight_sgpr(rng, num_outputs):
-    """Spec §3: with q(u) = SGPR's compute_qu() and beta = sigma^2, T-SVGP equals F4."""
+    """
+    With q(u) = SGPR's compute_qu() and beta = sigma^2, T-SVGP (eq. 8) equals F4 (eq. 9), as in
+    Bui, Ashman & Turner 2025, §3 ("Collapsed bound and optimal M").
+    """
     X, Y = regression_data(rng, num_outputs=num_outputs)
     Z = rng.uniform(-3, 3, (7, 1))
     collapsed = TightSGPR((X, Y), kernel(), Z, noise_variance=NOISE)

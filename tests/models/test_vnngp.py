@@ -1,9 +1,25 @@
 """
-VNNGP against dense numpy formulas written from spec/vnngp.md (the Vecchia prior as an explicit
-M x M precision, brute-force neighbours), against gpflow.models.SVGP at full conditioning, and
-the closed-form optimum for a Gaussian likelihood (properties P1-P3, P6, P8, P10-P12). The graph
+VNNGP against dense numpy formulas written from Wu, Pleiss & Cunningham 2022 (the Vecchia prior
+as an explicit M x M precision, brute-force neighbours), against gpflow.models.SVGP at full
+conditioning, and the closed-form optimum for a Gaussian likelihood (docs/vnngp.md). The graph
 neighbour search against brute force and the k-d tree; VNNGPPosterior's caches in the style of
-GPflow's tests/gpflow/posteriors.
+GPflow's tests/gpflow/posteriors. Equation numbers are Wu, Pleiss & Cunningham 2022's.
+
+Property ids used in this file's comments and docstrings:
+P1  the factorised KL (eqs. 14-16, 28) equals the dense KL against the Vecchia prior
+    ((I - B)^T F^-1 (I - B))^-1 (eq. 9), for any K and ordering.
+P2  with K = M - 1 the Vecchia prior is exact, so the KL is SVGP's for a diagonal q(u), in any
+    ordering.
+P3  with also all M inducing points for the data term, the ELBO and the predictions are
+    SVGP's with q_diag=True, whiten=False.
+P6  with Z = X and a Gaussian likelihood, the optimal mean-field q(u) and ELBO are closed form
+    (derived in docs/vnngp.md, "Exactness and what the tests check").
+P8  the doubly minibatched estimate (eq. 19) is unbiased: averaged over a partition into equal
+    blocks it is exact.
+P10 with Z = X and a tiny jitter, q(f_i) (eq. 25) is q(u_i).
+P11 predictions: at an inducing input they are q(u_j), far from Z the prior; shapes [N*, L].
+P12 neighbours: (a) n(j) holds the min(K, j - 1) nearest earlier points, (b) as brute force
+    finds them, (c) a test point's are its K nearest in Z, (d) every search agrees, up to ties.
 """
 
 import subprocess
