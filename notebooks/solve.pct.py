@@ -334,8 +334,8 @@ plt.close(fig)
 # ## Uncollapsed: SOLVEGP and TightSOLVEGP
 #
 # `compute_qu()` and `compute_qv()` return the optimal $q(\mathbf u)$ and $q(\mathbf v_\perp)$
-# in unwhitened coordinates, $(\mathbf m_u, S_u)$ and $(\mathbf m_v, S_v)$. Loaded into `SOLVEGP` with
-# `whiten=False`, its ELBO is SOLVEGPR's `"solve"` bound (not the thesis bound: the
+# in unwhitened coordinates, $(\mathbf m_u, S_u)$ and $(\mathbf m_v, S_v)$. Loaded into
+# `SOLVEGP` with `whiten=False`, its ELBO is SOLVEGPR's `"solve"` bound (not the thesis bound: the
 # uncollapsed family is the mean-field one). `TightSOLVEGP` with its default $\beta$ (the
 # noise variance, where the relaxation $m_n = \beta / (d_n + \beta)$ is optimal) gives the
 # `TightSOLVEGPR` bound.
