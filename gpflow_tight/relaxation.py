@@ -33,10 +33,12 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from check_shapes import check_shapes
+from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 from gpflow.utilities import positive
+
+from .validation import ConstructorOnly
 
 __all__ = [
     "Relaxation",
@@ -73,7 +75,7 @@ def conditional_relaxation_term(relaxation: tf.Tensor) -> tf.Tensor:
     return 0.5 * tf.reduce_sum(1.0 + tf.math.log(relaxation) - relaxation)
 
 
-class Relaxation(Module):
+class Relaxation(ConstructorOnly, Module):
     """
     How the variances :math:`m_n d_n` of the tighter conditional are obtained. Subclasses
     define :meth:`weights`; the bound terms follow from it.
@@ -83,8 +85,6 @@ class Relaxation(Module):
     kind: str = ""
     #: whether :meth:`weights` needs the Gaussian noise variance
     needs_noise_variance = False
-    #: whether :meth:`weights` needs every training point, in a fixed order, in each call
-    needs_all_data = False
 
     @check_shapes(
         "residual: [N, R]",
@@ -118,9 +118,11 @@ class NoRelaxation(Relaxation):
 
     kind = "none"
 
+    @inherit_check_shapes
     def weights(self, residual: tf.Tensor, noise_variance: tf.Tensor | None = None) -> tf.Tensor:
         return tf.ones_like(residual)
 
+    @inherit_check_shapes
     def gaussian_residual_term(self, residual: tf.Tensor, noise_variance: tf.Tensor) -> tf.Tensor:
         """Titsias's trace term :math:`-\\tfrac12\\sum_n d_n / \\sigma_n^2`."""
         return -0.5 * tf.reduce_sum(residual / noise_variance)
@@ -136,6 +138,7 @@ class OptimalRelaxation(Relaxation):
     kind = "optimal"
     needs_noise_variance = True
 
+    @inherit_check_shapes
     def weights(self, residual: tf.Tensor, noise_variance: tf.Tensor | None = None) -> tf.Tensor:
         if noise_variance is None:
             raise ValueError(
@@ -144,6 +147,7 @@ class OptimalRelaxation(Relaxation):
             )
         return relaxation_from_beta(residual, noise_variance)
 
+    @inherit_check_shapes
     def gaussian_residual_term(self, residual: tf.Tensor, noise_variance: tf.Tensor) -> tf.Tensor:
         """:math:`-\\tfrac12\\sum_n\\log(1 + d_n/\\sigma_n^2)`."""
         return -0.5 * tf.reduce_sum(tf.math.log1p(residual / noise_variance))
@@ -159,6 +163,7 @@ class BetaRelaxation(Relaxation):
     """
 
     kind = "beta"
+    _constructor_only = ("beta",)
 
     def __init__(self, beta: Any = 1.0, num_latent: int = 1) -> None:
         super().__init__(name="BetaRelaxation")
@@ -173,6 +178,7 @@ class BetaRelaxation(Relaxation):
         values: np.ndarray = np.broadcast_to(array, (num_latent,)).astype(default_float())
         self.beta = Parameter(values, transform=positive(), name="beta")
 
+    @inherit_check_shapes
     def weights(self, residual: tf.Tensor, noise_variance: tf.Tensor | None = None) -> tf.Tensor:
         return relaxation_from_beta(residual, self.beta)
 
@@ -192,7 +198,7 @@ class FreeRelaxation(Relaxation):
     """
 
     kind = "free"
-    needs_all_data = True
+    _constructor_only = ("m",)
 
     def __init__(self, num_data: int, num_latent: int = 1) -> None:
         super().__init__(name="FreeRelaxation")
@@ -204,6 +210,7 @@ class FreeRelaxation(Relaxation):
         ones: np.ndarray = np.ones((int(num_data), num_latent), dtype=default_float())
         self.m = Parameter(ones, transform=positive(), name="m")
 
+    @inherit_check_shapes
     def weights(self, residual: tf.Tensor, noise_variance: tf.Tensor | None = None) -> tf.Tensor:
         tf.debugging.assert_equal(
             tf.shape(residual)[0],
@@ -228,7 +235,7 @@ class FreeRelaxation(Relaxation):
             )
 
 
-class SampledOptimalRelaxation(Relaxation):
+class SampledOptimalRelaxation(OptimalRelaxation):
     """
     The Bayesian GPLVM's :math:`m_n(\\mathbf x_n) = \\sigma^2/(d_n(\\mathbf x_n) + \\sigma^2)`
     (Bui et al. 2025, §5): the residual term :math:`-\\tfrac12\\sum_n\\langle\\log(1 +
@@ -237,7 +244,7 @@ class SampledOptimalRelaxation(Relaxation):
     """
 
     kind = "sampled"
-    needs_noise_variance = True
+    _constructor_only = ("num_samples",)
 
     def __init__(self, num_samples: int = 10) -> None:
         super().__init__(name="SampledOptimalRelaxation")
@@ -247,9 +254,7 @@ class SampledOptimalRelaxation(Relaxation):
             raise ValueError(f"`num_samples` must be at least 1, got {num_samples}.")
         self.num_samples = int(num_samples)
 
-    def weights(self, residual: tf.Tensor, noise_variance: tf.Tensor | None = None) -> tf.Tensor:
-        return OptimalRelaxation.weights(self, residual, noise_variance)
-
+    @inherit_check_shapes
     def gaussian_residual_term(self, residual: tf.Tensor, noise_variance: tf.Tensor) -> tf.Tensor:
         """The term at residuals of samples (rows of ``residual``), averaged over samples."""
         return -0.5 * tf.reduce_sum(tf.math.log1p(residual / noise_variance)) / self.num_samples

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 __all__ = [
     "CholeskyError",
+    "ConstructorOnly",
     "check_regression_data",
     "check_batch",
     "check_positive",
@@ -164,3 +165,26 @@ def check_batch(X: Any, Y: Any) -> None:
             tf.debugging.assert_all_finite(
                 tensor, message=f"`data` {label} contains NaN or infinite values"
             )
+
+
+class ConstructorOnly:
+    """
+    Mixin for models, posteriors and relaxations whose Python settings decide the structure of
+    their computation graph (a relaxation kind, a power, a number of samples, a prediction mode):
+    the attributes named in ``_constructor_only``
+    are set once, in the constructor. A later assignment would be ignored by functions that
+    were already compiled, so it is refused with an ``AttributeError`` that says to build a new
+    model instead.
+    """
+
+    _constructor_only: tuple[str, ...] = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._constructor_only and name in self.__dict__:
+            raise AttributeError(
+                f"`{name}` of {type(self).__name__} is fixed at construction (compiled functions "
+                f"would keep the old value): build a new object with `{name}=...` instead and "
+                "copy the parameters into it with `gpflow.utilities.multiple_assign(new, "
+                "gpflow.utilities.parameter_dict(old))`."
+            )
+        super().__setattr__(name, value)

@@ -176,7 +176,8 @@ print(f"{name} {result.nit} L-BFGS iterations, {seconds[name]:.1f} s: {result.me
 # %%
 def bound(model, relaxation):
     """``TightBayesianGPLVM``'s bound with ``relaxation`` at the parameters of ``model``."""
-    other = build(gpflow_tight.TightBayesianGPLVM, relaxation=relaxation, num_samples=200)
+    samples = dict(num_samples=200) if relaxation == "sampled" else {}
+    other = build(gpflow_tight.TightBayesianGPLVM, relaxation=relaxation, **samples)
     gpflow.utilities.multiple_assign(other, gpflow.utilities.parameter_dict(model))
     return float(other.elbo().numpy())
 

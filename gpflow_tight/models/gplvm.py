@@ -84,7 +84,7 @@ def _gplvm_relaxation(
 ) -> Relaxation:
     """
     The :class:`~gpflow_tight.relaxation.Relaxation` of a GPLVM: ``"analytic"`` is an alias of
-    ``"optimal"``; ``num_samples`` is read by ``"sampled"`` only (and ignored by the other names).
+    ``"optimal"``; ``num_samples`` is for ``"sampled"`` only (refused with the other names).
     """
     if isinstance(relaxation, str):
         names = tuple(
@@ -96,8 +96,6 @@ def _gplvm_relaxation(
                 f"gpflow_tight.relaxation.Relaxation of one of those kinds, got {relaxation!r}."
             )
         relaxation = _ALIASES.get(relaxation, relaxation)
-        if relaxation != "sampled":
-            num_samples = None
     return as_relaxation(relaxation, allowed=allowed, model=model, num_samples=num_samples)
 
 
@@ -140,7 +138,7 @@ class TightBayesianGPLVM(ExplainsCholeskyFailures, ConstructorOnly, BayesianGPLV
     as accurate as the float32 psi statistics allow.
 
     The constructor is ``BayesianGPLVM``'s plus ``relaxation`` (fixed at construction) and
-    ``num_samples`` (read by ``"sampled"`` only).
+    ``num_samples`` (for ``"sampled"`` only).
     """
 
     _constructor_only = ("relaxation",)

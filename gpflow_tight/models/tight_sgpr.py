@@ -15,7 +15,13 @@ from gpflow.models import SGPR
 from gpflow.posteriors import PrecomputeCacheType, SGPRPosterior
 from gpflow.utilities import add_noise_cov, to_default_float
 
-from ..projection import CollapsedTerms, Projection, collapsed_common_terms, project
+from ..projection import (
+    CollapsedTerms,
+    Projection,
+    collapsed_common_terms,
+    project,
+    residual_variance,
+)
 from ..relaxation import Relaxation, as_relaxation
 from ..validation import check_regression_data, checked_cholesky, explain_cholesky_failure
 from .base import ConstructorOnly, ExplainsCholeskyFailures
@@ -91,7 +97,7 @@ class RelaxedSGPR(ExplainsCholeskyFailures, ConstructorOnly, SGPR):
         return collapsed_common_terms(self.projection(), sigma_sq)
 
     @inherit_check_shapes
-    def logdet_term(self, common: CollapsedTerms) -> tf.Tensor:  # type: ignore[override]
+    def logdet_term(self, common: CollapsedTerms | SGPR.CommonTensors) -> tf.Tensor:  # type: ignore[override]
         """
         :math:`-\\tfrac P2 \\big[\\log|B| + \\sum_n \\log\\sigma_n^2\\big]` plus :math:`P` times
         the relaxation's residual term (SGPR's trace term for ``"none"``).
@@ -99,8 +105,12 @@ class RelaxedSGPR(ExplainsCholeskyFailures, ConstructorOnly, SGPR):
         output_dim = to_default_float(tf.shape(self.data[1])[1])
         half_logdet_b = tf.reduce_sum(tf.math.log(tf.linalg.diag_part(common.LB)))
         half_log_sigma_sq = 0.5 * tf.reduce_sum(tf.math.log(common.sigma_sq))
+        residual = getattr(common, "residual", None)
+        if residual is None:  # GPflow's SGPR.CommonTensors: A = L⁻¹K_uf/σ
+            kernel_diag = self.kernel(self.data[0], full_cov=False)
+            residual = residual_variance(kernel_diag, common.A * common.sigma)
         residual_term = self.relaxation.gaussian_residual_term(
-            common.residual[:, None], common.sigma_sq[:, None]
+            residual[:, None], common.sigma_sq[:, None]
         )
         return output_dim * (residual_term - half_logdet_b - half_log_sigma_sq)
 

@@ -285,3 +285,40 @@ def test_collapsed_bound_with_a_fixed_relaxation_against_dense(rng, relaxation):
 def test_a_relaxation_a_model_cannot_honour_is_refused(rng, build, match):
     with pytest.raises(ValueError, match=match):
         build(data(rng))
+
+
+@pytest.mark.parametrize("name", ["TightSGPR", "RelaxedSGPR-beta"])
+def test_logdet_term_takes_sgpr_common_tensors(rng, name):
+    """CGLB-style code passes SGPR's own CommonTensors to logdet_term: same value."""
+    model = SGPR_LIKE[name](data(rng))
+    np.testing.assert_allclose(
+        model.logdet_term(model._common_calculation()),
+        model.logdet_term(model.common_terms()),
+        rtol=1e-12,
+    )
+
+
+def test_posterior_settings_are_constructor_only(rng):
+    X, Y = data(rng)
+    model = gt.PowerEPSGP((X, Y), kernel(), Z_U, alpha=0.5, noise_variance=NOISE)
+    posterior = model.posterior()
+    for name, value in (("alpha", 0.9), ("blocks", None), ("sites", None)):
+        with pytest.raises(AttributeError, match="fixed at construction"):
+            setattr(posterior, name, value)
+    relaxation = gt.relaxation.BetaRelaxation(0.3)
+    with pytest.raises(AttributeError, match="fixed at construction"):
+        relaxation.beta = gpflow.Parameter(0.5)
+
+
+def test_collapsed_orthogonal_posterior_without_a_mean_function(rng):
+    X, Y = data(rng)
+    model = gt.SOLVEGPR((X, Y), kernel(), Z_U, Z_V, noise_variance=NOISE)
+    posterior = gt.posteriors.CollapsedOrthogonalPosterior(
+        model.kernel,
+        model.data,
+        model.orthogonal_inducing_variable,
+        model.likelihood,
+        precompute_cache=PrecomputeCacheType.TENSOR,
+    )
+    Xnew = rng.uniform(0, 6, (5, 1))
+    np.testing.assert_allclose(posterior.predict_f(Xnew)[0], model.predict_f(Xnew)[0], rtol=1e-12)

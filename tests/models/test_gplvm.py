@@ -220,7 +220,6 @@ def test_relaxation_arguments(rng):
         dict(relaxation="analytic"),
         dict(relaxation="optimal"),
         dict(relaxation=relaxation.OptimalRelaxation()),
-        dict(relaxation="analytic", num_samples=5),  # num_samples is read by "sampled" only
     ):
         np.testing.assert_array_equal(collapsed(**kwargs).elbo().numpy(), analytic)
     none = collapsed(relaxation="none").elbo().numpy()
@@ -244,6 +243,10 @@ def test_relaxation_arguments(rng):
         collapsed(relaxation=relaxation.SampledOptimalRelaxation(3), num_samples=3)
     with pytest.raises(ValueError, match="at least 1"):
         collapsed(relaxation="sampled", num_samples=0)
+    with pytest.raises(ValueError, match="only used with relaxation='sampled'"):
+        collapsed(relaxation="analytic", num_samples=5)
+    with pytest.raises(AttributeError, match="fixed at construction"):
+        sampled.relaxation.num_samples = 2000
     model = collapsed()
     with pytest.raises(AttributeError, match="fixed at construction"):
         model.relaxation = relaxation.NoRelaxation()
