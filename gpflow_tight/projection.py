@@ -42,7 +42,6 @@ __all__ = [
     "latent_kernel_diag",
     "inducing_cholesky",
     "project",
-    "projection_from_factor",
     "marginals_with_residual",
     "CollapsedTerms",
     "collapsed_common_terms",
@@ -122,20 +121,6 @@ def project(
         prior_variance = prior_variance[0]
     else:  # a shared kernel with separate inducing sets has one row of prior variances
         prior_variance = tf.broadcast_to(prior_variance, tf.shape(A)[::2])
-    return Projection(L, A, residual_variance(prior_variance, A))
-
-
-@check_shapes(
-    "L: [M, M]",
-    "Kmn: [M, N]",
-    "prior_variance: [N]",
-    "return.L: [M, M]",
-    "return.A: [M, N]",
-    "return.residual: [N]",
-)
-def projection_from_factor(L: tf.Tensor, Kmn: tf.Tensor, prior_variance: tf.Tensor) -> Projection:
-    """The projection for a known factor ``L`` and cross-covariance :math:`K_{uf}`."""
-    A = tf.linalg.triangular_solve(L, Kmn, lower=True)
     return Projection(L, A, residual_variance(prior_variance, A))
 
 

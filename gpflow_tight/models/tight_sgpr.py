@@ -46,7 +46,8 @@ class RelaxedSGPR(ExplainsCholeskyFailures, ConstructorOnly, SGPR):
 
     :param relaxation: ``"none"`` (:math:`m_n = 1`: exactly ``gpflow.models.SGPR``),
         ``"optimal"`` (:math:`m_n = \\sigma_n^2/(d_n + \\sigma_n^2)`, the T-SGPR bound, eq. 9),
-        ``"beta"`` (one :math:`\\beta`, by default the noise variance, where it is optimal) or
+        ``"beta"`` (one :math:`\\beta`, by default a constant noise variance, where it is
+        optimal, else 1) or
         ``"free"``, or a :class:`~gpflow_tight.relaxation.Relaxation`.
     :param beta: initial :math:`\\beta` for ``relaxation="beta"``.
     :param exact_predictive_variance: make :meth:`predict_f` (and so ``predict_y`` and

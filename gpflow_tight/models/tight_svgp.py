@@ -106,12 +106,20 @@ class RelaxedSVGP(ExplainsCholeskyFailures, ConstructorOnly, SVGP):
     @property
     def beta(self) -> Parameter:
         """The relaxation's ``beta`` (``relaxation="beta"`` only)."""
-        return self.relaxation.beta
+        return self._relaxation_parameter("beta", "beta")
 
     @property
     def m(self) -> Parameter:
         """The relaxation's per-point :math:`m_n` (``relaxation="free"`` only)."""
-        return self.relaxation.m
+        return self._relaxation_parameter("m", "free")
+
+    def _relaxation_parameter(self, name: str, kind: str) -> Parameter:
+        if self.relaxation.kind != kind:
+            raise AttributeError(
+                f"`{name}` belongs to relaxation={kind!r}; this {type(self).__name__} has "
+                f"relaxation={self.relaxation.kind!r}."
+            )
+        return getattr(self.relaxation, name)
 
     @check_shapes(
         "X: [N, D]",
