@@ -41,7 +41,7 @@ from .orthogonal import (
     whiten_variational_parameters,
 )
 from .projection import Projection, collapsed_common_terms, residual_variance
-from .validation import checked_cholesky
+from .validation import ConstructorOnly, checked_cholesky
 
 __all__ = [
     "OrthogonalPosterior",
@@ -129,6 +129,7 @@ def optimal_whitened_q(
     B_v^{-1}`, with square roots :math:`L_{B_u}^{-\\top}` and :math:`L_{B_v}^{-\\top}`.
     """
     X, Y = data
+    mean_function = Zero() if mean_function is None else mean_function
     sigma_sq = tf.squeeze(likelihood.variance_at(X), axis=-1)
     common = collapsed_common_terms(
         union_projection(inducing_variable, kernel, X, factors), sigma_sq
@@ -320,7 +321,7 @@ def _power_ep_modules() -> tuple[ModuleType, ModuleType]:
     return power_ep_regression, power_ep_sites
 
 
-class PowerEPPosterior(AbstractPosterior):
+class PowerEPPosterior(ConstructorOnly, AbstractPosterior):
     """
     The posterior of :class:`~gpflow_tight.PowerEPSGP` (Bui, Yan & Turner 2017, eqs. 7 and 18):
     the exact test conditional :math:`p(\\mathbf f_* \\mid \\mathbf u)` under :math:`q(\\mathbf u)`,
@@ -344,6 +345,8 @@ class PowerEPPosterior(AbstractPosterior):
     :param alpha: the power: a number, one per data point or, with ``blocks``, one per block.
     :param blocks: a partition of the data rows into index arrays (block factors).
     """
+
+    _constructor_only = ("alpha", "blocks", "_layout", "sites")
 
     @check_shapes(
         "data[0]: [N, D]",
@@ -382,10 +385,10 @@ class PowerEPPosterior(AbstractPosterior):
         num_data = X.shape[0]
         self._layout = None if blocks is None else regression.block_layout(blocks, num_data)
         self.blocks = None if self._layout is None else self._layout.blocks
-        self.alpha = None
         if alpha is not None:
             num_blocks = None if self.blocks is None else len(self.blocks)
-            self.alpha = regression.check_alpha(alpha, num_data, num_blocks)
+            alpha = regression.check_alpha(alpha, num_data, num_blocks)
+        self.alpha = alpha
         self.sites = sites
         if precompute_cache is not None:
             self.update_cache(precompute_cache)
@@ -399,7 +402,7 @@ class PowerEPPosterior(AbstractPosterior):
         regression, site_inference = _power_ep_modules()
         if self.sites is None:
             mean_function = Zero() if self.mean_function is None else self.mean_function
-            L, LB, c = regression.collapsed_posterior(
+            problem = regression.CollapsedProblem(
                 self.kernel,
                 self.inducing_variable,
                 (self.X_data, self.Y_data),
@@ -408,6 +411,7 @@ class PowerEPPosterior(AbstractPosterior):
                 self.alpha,
                 self._layout,
             )
+            L, LB, c = regression.collapsed_posterior(problem)
         else:
             L, LB, c = site_inference.site_whitened_posterior(
                 self.kernel, self.inducing_variable, self.X_data, *self.sites

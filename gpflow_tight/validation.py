@@ -183,8 +183,8 @@ class ConstructorOnly:
         if name in self._constructor_only and name in self.__dict__:
             raise AttributeError(
                 f"`{name}` of {type(self).__name__} is fixed at construction (compiled functions "
-                f"would keep the old value): build a new object with `{name}=...` instead and "
-                "copy the parameters into it with `gpflow.utilities.multiple_assign(new, "
-                "gpflow.utilities.parameter_dict(old))`."
+                f"would keep the old value): build a new model (or relaxation, or posterior) with "
+                f"`{name}=...` instead and copy the parameters into it with "
+                "`gpflow.utilities.multiple_assign(new, gpflow.utilities.parameter_dict(old))`."
             )
         super().__setattr__(name, value)

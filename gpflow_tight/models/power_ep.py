@@ -30,6 +30,7 @@ from ..posteriors import PowerEPPosterior
 from ..validation import check_regression_data, explain_cholesky_failure
 from .base import ConstructorOnly, ExplainsCholeskyFailures
 from .power_ep_regression import (
+    CollapsedProblem,
     check_alpha,
     cluster_blocks,
     collapsed_log_marginal_likelihood,
@@ -197,6 +198,18 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
             self.num_gauss_hermite_points,
         )
 
+    def _collapsed_problem(self) -> CollapsedProblem:
+        """The closed-form regression problem (Gaussian likelihood) of this model's parts."""
+        return CollapsedProblem(
+            self.kernel,
+            self.inducing_variable,
+            self.data,
+            self.likelihood,
+            self.mean_function,
+            self.alpha,
+            self._layout,
+        )
+
     def sweep(
         self,
         indices: tf.Tensor | None = None,
@@ -255,13 +268,7 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
                         "`inference='sites'`."
                     )
                 return collapsed_log_marginal_likelihood(
-                    self.kernel,
-                    self.inducing_variable,
-                    self.data,
-                    self.likelihood,
-                    self.mean_function,
-                    self.alpha,
-                    self._layout,
+                    self._collapsed_problem(),
                     include_power_correction=self._includes_power_correction,
                 )
             batch = self._site_batch(indices)
@@ -288,15 +295,7 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
         or from the current sites (eqs. 119-120).
         """
         if self.inference == "closed_form":
-            return collapsed_posterior(
-                self.kernel,
-                self.inducing_variable,
-                self.data,
-                self.likelihood,
-                self.mean_function,
-                self.alpha,
-                self._layout,
-            )
+            return collapsed_posterior(self._collapsed_problem())
         return site_whitened_posterior(
             self.kernel, self.inducing_variable, self.data[0], self.site_precision, self.site_shift
         )

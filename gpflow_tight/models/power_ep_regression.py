@@ -44,6 +44,7 @@ __all__ = [
     "GaussianFactors",
     "gaussian_factors",
     "inner_factors",
+    "CollapsedProblem",
     "collapsed_posterior",
     "collapsed_log_marginal_likelihood",
 ]
@@ -289,6 +290,23 @@ def inner_factors(A: tf.Tensor, shift: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]
     return LB, tf.linalg.triangular_solve(LB, shift)
 
 
+class CollapsedProblem(NamedTuple):
+    """
+    What defines the closed-form fixed point of a Gaussian likelihood (§3.6-3.7): the model's
+    parts, the data ``(X, Y)``, the powers ``alpha`` (fixed, read-only: which form of the power
+    correction is computed depends on their values) and the block ``layout`` (``None`` for one
+    factor per data point).
+    """
+
+    kernel: Kernel
+    inducing_variable: InducingVariables
+    data: RegressionData
+    likelihood: Gaussian
+    mean_function: MeanFunction
+    alpha: np.ndarray
+    layout: BlockLayout | None
+
+
 class _Collapsed(NamedTuple):
     projection: Projection
     factors: GaussianFactors
@@ -296,72 +314,51 @@ class _Collapsed(NamedTuple):
     c: tf.Tensor
 
 
-def _collapsed(
-    kernel: Kernel,
-    inducing_variable: InducingVariables,
-    data: RegressionData,
-    likelihood: Gaussian,
-    mean_function: MeanFunction,
-    alpha: np.ndarray,
-    layout: BlockLayout | None,
-) -> _Collapsed:
-    X, Y = data
-    projection = project(inducing_variable, kernel, X)
-    error = Y - mean_function(X)
-    noise = likelihood.variance_at(X)[:, 0]
-    factors = gaussian_factors(kernel, X, error, noise, projection, alpha, layout)
+def _collapsed(problem: CollapsedProblem) -> _Collapsed:
+    X, Y = problem.data
+    projection = project(problem.inducing_variable, problem.kernel, X)
+    error = Y - problem.mean_function(X)
+    noise = problem.likelihood.variance_at(X)[:, 0]
+    factors = gaussian_factors(
+        problem.kernel, X, error, noise, projection, problem.alpha, problem.layout
+    )
     LB, c = inner_factors(factors.A, tf.linalg.matmul(factors.A, factors.e))
     return _Collapsed(projection, factors, LB, c)
 
 
 @check_shapes(
-    "data[0]: [N, D]",
-    "data[1]: [N, R]",
+    "problem.data[0]: [N, D]",
+    "problem.data[1]: [N, R]",
     "return[0]: [M, M]",
     "return[1]: [M, M]",
     "return[2]: [M, R]",
 )
-def collapsed_posterior(
-    kernel: Kernel,
-    inducing_variable: InducingVariables,
-    data: RegressionData,
-    likelihood: Gaussian,
-    mean_function: MeanFunction,
-    alpha: np.ndarray,
-    layout: BlockLayout | None,
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def collapsed_posterior(problem: CollapsedProblem) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """
     ``(L, LB, c)`` of the fixed point (§3.6-3.7): :math:`q(\\mathbf u) = \\mathcal N(L
     L_B^{-\\top}\\mathbf c, L (L_B L_B^\\top)^{-1} L^\\top)` (eq. 18).
     """
-    terms = _collapsed(kernel, inducing_variable, data, likelihood, mean_function, alpha, layout)
+    terms = _collapsed(problem)
     return terms.projection.L, terms.LB, terms.c
 
 
 @check_shapes(
-    "data[0]: [N, D]",
-    "data[1]: [N, R]",
+    "problem.data[0]: [N, D]",
+    "problem.data[1]: [N, R]",
     "return: []",
 )
 def collapsed_log_marginal_likelihood(
-    kernel: Kernel,
-    inducing_variable: InducingVariables,
-    data: RegressionData,
-    likelihood: Gaussian,
-    mean_function: MeanFunction,
-    alpha: np.ndarray,
-    layout: BlockLayout | None,
-    include_power_correction: bool = True,
+    problem: CollapsedProblem, include_power_correction: bool = True
 ) -> tf.Tensor:
     """
     :math:`\\log\\mathcal Z_\\alpha`, eq. 128 and its block and multi-power forms (§3.7); the
     ``R`` output columns share the factors. Without the power correction (``False``) it is
     :math:`\\log\\mathcal N(\\mathbf y; \\mu(X), \\bar K)`, which at :math:`\\alpha = 0` is DTC's.
     """
-    terms = _collapsed(kernel, inducing_variable, data, likelihood, mean_function, alpha, layout)
+    terms = _collapsed(problem)
     factors, LB, c = terms.factors, terms.LB, terms.c
     num_outputs = tf.cast(tf.shape(factors.e)[1], default_float())
-    num_data = tf.cast(tf.shape(data[0])[0], default_float())
+    num_data = tf.cast(tf.shape(problem.data[0])[0], default_float())
     log_det = factors.log_det + 2 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LB)))
     quad = tf.reduce_sum(tf.square(factors.e)) - tf.reduce_sum(tf.square(c))
     objective = -0.5 * num_outputs * (num_data * np.log(2 * np.pi) + log_det) - 0.5 * quad
