@@ -135,7 +135,7 @@ def render(report, records, missing, args):
     maxiter = sorted({r["key"]["maxiter"] for r in records}) or [args.maxiter]
     big = [d for d in sets if DATASETS[d][1] == (10, 50)]
     protocol = [
-        "Paper: Bui, Yan & Turner (JMLR 2017) §4.2 / App. I.2 (spec §5 E2): 8 UCI sets, 20 "
+        "Paper: Bui, Yan & Turner (JMLR 2017) §4.2 / App. I.2, Table 1: 8 UCI sets, 20 "
         "splits, alpha between 0 and 1 (8 values), M between 5 and 200, L-BFGS on the PEP "
         "energy with up to 2000 function evaluations.",
         "Here (scaled to a shared 2-core machine, one process, one TensorFlow and one BLAS "
@@ -161,10 +161,10 @@ def render(report, records, missing, args):
         f"-log Z_PEP, at most {'/'.join(map(str, maxiter))} iterations (the paper: up to 2000 "
         f"function evaluations). {harness.of(converged, len(fits))} fits stopped on scipy's "
         "convergence test before the iteration limit.",
-        "Metrics (spec §5, Rasmussen & Williams 2006 p. 23; lower is better): SMSE = mean "
-        "squared error / variance of the test targets; SMLL = mean over test points of "
-        "[-log N(y*; mu*, var* + noise) + log N(y*; mean_train, var_train)]; objective = "
-        "-log Z_PEP / N at the end of training.",
+        "Metrics (Bui, Yan & Turner 2017 §4.1, citing Rasmussen & Williams 2006 p. 23; lower "
+        "is better): SMSE = mean squared error / variance of the test targets; SMLL = mean "
+        "over test points of [-log N(y*; mu*, var* + noise) + log N(y*; mean_train, "
+        "var_train)]; objective = -log Z_PEP / N at the end of training.",
         "As in the paper (figs 4-5): the fraction of (dataset, split, M) settings where A beats "
         "B (ties count 1/2) and the average rank (1 = best of the 6 alphas), over the settings "
         f"where all six fits succeeded: {len(complete)} of them here, from {len(records)} fits "
@@ -251,9 +251,10 @@ def render(report, records, missing, args):
         + ", ".join(f"{d} {n}/{sum(s[0] == d for s in complete)}" for d, n in floor.items())
         + ".",
         f"At fixed hyperparameters log Z_PEP is non-decreasing in alpha (power-mean inequality, "
-        f"spec §1.3), so the optimised -log Z_PEP would fall as alpha grows if L-BFGS reached "
-        f"the global optimum. It does in {harness.of(sum(monotone), len(monotone), 'settings')}; "
-        f"the others are local optima or the iteration limit.",
+        f"Bui, Yan & Turner 2017 eq. 128; docs/power_ep.md), so the optimised -log Z_PEP would "
+        f"fall as alpha grows if L-BFGS reached the global optimum. It does in "
+        f"{harness.of(sum(monotone), len(monotone), 'settings')}; the others are local optima "
+        f"or the iteration limit.",
     ]
     findings += compare_maxiter(report.store, records, args)
     report.section("Findings")

@@ -178,8 +178,8 @@ def render(report, records, missing, args):
             )
     if agree:
         findings.append(
-            "So the paper's values and labels (noise variance, kernel variance; spec §7 warns "
-            "they may be swapped) are "
+            "So the paper's values and labels (§6.1: noise variance, kernel variance; a kernel "
+            "variance as small as the noise variance looked like a possible mislabel) are "
             + ("reproduced" if all(agree) else "not reproduced")
             + " with this initialisation."
         )

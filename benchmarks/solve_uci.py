@@ -1,6 +1,6 @@
 """
 A scaled-down version of the large-scale regression benchmark of Bui, Ashman & Turner (2025,
-§6.3; spec solve.md §4.2): SVGP, T-SVGP, SOLVEGP and T-SOLVEGP with the same total number of
+§6.3): SVGP, T-SVGP, SOLVEGP and T-SOLVEGP with the same total number of
 inducing points M (M/2 + M/2 for the SOLVE models), trained from the same initialisation on the
 same minibatch sequence by Adam, on UCI sets of the ``uci_wilson`` collection.
 """
@@ -126,7 +126,7 @@ def render(report, records, missing, args):
     splits = sorted({r["key"]["split"] for r in records})
     epochs = {r["key"]["dataset"]: k["steps"] * k["batch_size"] / r["num_train"] for r in records}
     protocol = [
-        "Paper (Bui, Ashman & Turner 2025, §6.3; spec solve.md §4.2): SVGP, T-SVGP, SOLVEGP, "
+        "Paper (Bui, Ashman & Turner 2025, §6.3): SVGP, T-SVGP, SOLVEGP, "
         "T-SOLVEGP (eq. 14), M in {256, 512, 1024} (split evenly between u and v for the SOLVE "
         "models), eight sets of 40K-2M points from Yang et al. (2015) (only kin40k named), "
         "Matérn-3/2 kernel, 10 random train/test splits; optimiser, batch size and iterations "

@@ -176,7 +176,7 @@ def render(report, records, missing, args):
             "`benchmarks/vnngp_gpytorch.py`: `NNVariationalStrategy(k=K, training_batch_size=B)` "
             "with a mean-field q, `ScaleKernel(MaternKernel(nu=2.5))` with the same "
             "hyperparameters, `VariationalELBO(num_data=N)`, float64, the same thread count. "
-            "Mode 1 (spec §3.6): the data batch and the KL batch are the same B indices and the "
+            "Mode 1: the data batch and the KL batch are the same B indices and the "
             "data term is read off q(u), so it solves B (not 2B) K x K systems per step. Mode 2: "
             "a separate random data batch, located in Z by a faiss 1-NN search, and the next KL "
             "block. '+ Adam' adds `torch.optim.Adam.step()`. Steps on the first-k block of an "

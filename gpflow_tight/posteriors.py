@@ -152,7 +152,26 @@ def optimal_whitened_q(
     )
 
 
-class OrthogonalPosterior(AbstractPosterior):
+class FusedFromCache(AbstractPosterior):
+    """
+    A posterior whose fused prediction is its cached one on values computed afresh: what
+    ``_precompute`` returns is all a prediction needs, so ``fused_predict_f`` reads the live
+    parameters and ``predict_f`` the cache, through the same ``_conditional_with_precompute``.
+    """
+
+    def fresh_cache(self) -> tuple[tf.Tensor, ...]:
+        """What ``_precompute`` would cache, from the current parameters."""
+        return tuple(value.value for value in self._precompute())
+
+    def _conditional_fused(
+        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        return self._conditional_with_precompute(
+            self.fresh_cache(), Xnew, full_cov, full_output_cov
+        )
+
+
+class OrthogonalPosterior(FusedFromCache):
     """
     The posterior of the SOLVE-GP family, :math:`f = g + h + l` (Shi et al. 2020, eq. 7;
     Fernlund 2022, eq. 5.55-5.57): the regular part :math:`g` from :math:`q(\\mathbf u)`, the
@@ -230,9 +249,8 @@ class OrthogonalPosterior(AbstractPosterior):
         parameters: the mean, the variance :math:`s_n` carried by :math:`q` and the residual
         :math:`d_n` given both sets; each [N, L].
         """
-        cache = tuple(value.value for value in self._precompute())
         means, q_variances, residuals = [], [], []
-        for mean, q_variance, residual in self._latent_conditionals(cache, X, False):
+        for mean, q_variance, residual in self._latent_conditionals(self.fresh_cache(), X, False):
             means.append(mean)
             q_variances.append(tf.broadcast_to(q_variance, tf.shape(mean)))
             residuals.append(tf.broadcast_to(residual[:, None], tf.shape(mean)))
@@ -260,12 +278,6 @@ class OrthogonalPosterior(AbstractPosterior):
         if self.mixing is not None:
             return mix_latent_gp(self.mixing, mean, covariance, full_cov, full_output_cov)
         return mean, expand_independent_outputs(covariance, full_cov, full_output_cov)
-
-    def _conditional_fused(
-        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        cache = tuple(value.value for value in self._precompute())
-        return self._conditional_with_precompute(cache, Xnew, full_cov, full_output_cov)
 
 
 class CollapsedOrthogonalPosterior(OrthogonalPosterior):
@@ -321,7 +333,7 @@ def _power_ep_modules() -> tuple[ModuleType, ModuleType]:
     return power_ep_regression, power_ep_sites
 
 
-class PowerEPPosterior(ConstructorOnly, AbstractPosterior):
+class PowerEPPosterior(ConstructorOnly, FusedFromCache):
     """
     The posterior of :class:`~gpflow_tight.PowerEPSGP` (Bui, Yan & Turner 2017, eqs. 7 and 18):
     the exact test conditional :math:`p(\\mathbf f_* \\mid \\mathbf u)` under :math:`q(\\mathbf u)`,
@@ -455,13 +467,6 @@ class PowerEPPosterior(ConstructorOnly, AbstractPosterior):
             )
             var = tf.tile(var[:, None], [1, self.num_latent_gps])  # [N, P]
         return mean, expand_independent_outputs(var, full_cov, full_output_cov)
-
-    @inherit_check_shapes
-    def _conditional_fused(
-        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        cache = tuple(value.value for value in self._precompute())
-        return self._conditional_with_precompute(cache, Xnew, full_cov, full_output_cov)
 
 
 # ---------------------------------------------------------------------------------------------

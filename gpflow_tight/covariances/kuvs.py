@@ -18,6 +18,7 @@ from gpflow.kernels import Kernel, SquaredExponential
 from gpflow.utilities import Dispatcher
 
 from ..inducing_variables.frequency import (
+    CosineWindows,
     FrequencyInducingFeatures,
     fif_windows,
     multiscale_windows,
@@ -42,6 +43,8 @@ def _kuv_points_points(
 
 
 @Kuv.register(InducingVariables, InducingPoints, Kernel)
+# Multiscale is an InducingPointsBase, not an InducingPoints, so register it explicitly too.
+@Kuv.register(Multiscale, InducingPoints, Kernel)
 @check_shapes(
     "inducing_v: [M_v, D, 1]",
     "return: [M_u, M_v]",
@@ -49,10 +52,12 @@ def _kuv_points_points(
 def _kuv_features_points(
     inducing_u: InducingVariables, inducing_v: InducingPoints, kernel: Kernel
 ) -> tf.Tensor:
+    """Any inducing set against inducing points: its ``Kuf`` at the points' locations."""
     return Kuf(inducing_u, kernel, inducing_v.Z)
 
 
 @Kuv.register(InducingPoints, InducingVariables, Kernel)
+@Kuv.register(InducingPoints, Multiscale, Kernel)
 @check_shapes(
     "inducing_u: [M_u, D, 1]",
     "return: [M_u, M_v]",
@@ -60,97 +65,42 @@ def _kuv_features_points(
 def _kuv_points_features(
     inducing_u: InducingPoints, inducing_v: InducingVariables, kernel: Kernel
 ) -> tf.Tensor:
+    """The transpose case of :func:`_kuv_features_points`."""
     return tf.linalg.adjoint(Kuf(inducing_v, kernel, inducing_u.Z))
 
 
-@Kuv.register(Multiscale, InducingPoints, Kernel)
-@check_shapes(
-    "inducing_v: [M_v, D, 1]",
-    "return: [M_u, M_v]",
-)
-def _kuv_multiscale_points(
-    inducing_u: Multiscale, inducing_v: InducingPoints, kernel: Kernel
-) -> tf.Tensor:
-    # Needed because Multiscale is an InducingPointsBase, which the generic rules do not cover.
-    return Kuf(inducing_u, kernel, inducing_v.Z)
+_WindowFeatures = Multiscale | FrequencyInducingFeatures
 
 
-@Kuv.register(InducingPoints, Multiscale, Kernel)
-@check_shapes(
-    "inducing_u: [M_u, D, 1]",
-    "return: [M_u, M_v]",
-)
-def _kuv_points_multiscale(
-    inducing_u: InducingPoints, inducing_v: Multiscale, kernel: Kernel
-) -> tf.Tensor:
-    return tf.linalg.adjoint(Kuf(inducing_v, kernel, inducing_u.Z))
+def _windows(inducing_variable: _WindowFeatures, kernel: SquaredExponential) -> CosineWindows:
+    """
+    The cosine windows of ``inducing_variable``:
+    :func:`~gpflow_tight.inducing_variables.frequency.multiscale_windows` for GPflow's
+    ``Multiscale`` features (zero frequencies and phases, window variances
+    :math:`(\\ell + s)^2 - \\ell^2`),
+    :func:`~gpflow_tight.inducing_variables.frequency.fif_windows` for frequency inducing features.
+    """
+    if isinstance(inducing_variable, Multiscale):
+        return multiscale_windows(inducing_variable, kernel)
+    return fif_windows(inducing_variable, kernel)
 
 
 @Kuv.register(Multiscale, Multiscale, SquaredExponential)
-@check_shapes(
-    "inducing_u: [M_u, D, 1]",
-    "inducing_v: [M_v, D, 1]",
-    "return: [M_u, M_v]",
-)
-def _kuv_multiscale_multiscale(
-    inducing_u: Multiscale, inducing_v: Multiscale, kernel: SquaredExponential
-) -> tf.Tensor:
-    """GPflow's ``Multiscale`` features are Gaussian windows: zero-frequency cosine windows."""
-    return window_covariance(
-        multiscale_windows(inducing_u, kernel), multiscale_windows(inducing_v, kernel), kernel
-    )
-
-
+@Kuv.register(Multiscale, FrequencyInducingFeatures, SquaredExponential)
+@Kuv.register(FrequencyInducingFeatures, Multiscale, SquaredExponential)
 @Kuv.register(FrequencyInducingFeatures, FrequencyInducingFeatures, SquaredExponential)
 @check_shapes(
     "inducing_u: [M_u, D, 1]",
     "inducing_v: [M_v, D, 1]",
     "return: [M_u, M_v]",
 )
-def _kuv_fif_fif(
-    inducing_u: FrequencyInducingFeatures,
-    inducing_v: FrequencyInducingFeatures,
-    kernel: SquaredExponential,
+def _kuv_windows_windows(
+    inducing_u: _WindowFeatures, inducing_v: _WindowFeatures, kernel: SquaredExponential
 ) -> tf.Tensor:
     """
-    Two sets of frequency inducing features (Lázaro-Gredilla & Figueiras-Vidal 2009, FIFGP):
-    :func:`~gpflow_tight.inducing_variables.frequency.window_covariance`, the function behind
-    their ``Kuu``.
+    Two sets of window features, each GPflow ``Multiscale`` or frequency inducing features
+    (Lázaro-Gredilla & Figueiras-Vidal 2009, FIFGP; ``Multiscale`` features are zero-frequency
+    cosine windows): :func:`~gpflow_tight.inducing_variables.frequency.window_covariance` of
+    their windows, the function behind their ``Kuu``.
     """
-    return window_covariance(
-        fif_windows(inducing_u, kernel), fif_windows(inducing_v, kernel), kernel
-    )
-
-
-@Kuv.register(Multiscale, FrequencyInducingFeatures, SquaredExponential)
-@check_shapes(
-    "inducing_u: [M_u, D, 1]",
-    "inducing_v: [M_v, D, 1]",
-    "return: [M_u, M_v]",
-)
-def _kuv_multiscale_fif(
-    inducing_u: Multiscale, inducing_v: FrequencyInducingFeatures, kernel: SquaredExponential
-) -> tf.Tensor:
-    """
-    GPflow's ``Multiscale`` features are frequency inducing features with zero frequencies and
-    phases and window variances :math:`(\\ell + s)^2 - \\ell^2`
-    (:func:`~gpflow_tight.inducing_variables.frequency.multiscale_windows`).
-    """
-    return window_covariance(
-        multiscale_windows(inducing_u, kernel), fif_windows(inducing_v, kernel), kernel
-    )
-
-
-@Kuv.register(FrequencyInducingFeatures, Multiscale, SquaredExponential)
-@check_shapes(
-    "inducing_u: [M_u, D, 1]",
-    "inducing_v: [M_v, D, 1]",
-    "return: [M_u, M_v]",
-)
-def _kuv_fif_multiscale(
-    inducing_u: FrequencyInducingFeatures, inducing_v: Multiscale, kernel: SquaredExponential
-) -> tf.Tensor:
-    """The transpose case of :func:`_kuv_multiscale_fif`, computed directly."""
-    return window_covariance(
-        fif_windows(inducing_u, kernel), multiscale_windows(inducing_v, kernel), kernel
-    )
+    return window_covariance(_windows(inducing_u, kernel), _windows(inducing_v, kernel), kernel)

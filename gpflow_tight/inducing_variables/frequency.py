@@ -197,13 +197,18 @@ class CosineWindows(NamedTuple):
     phases: tf.Tensor  # [M]
 
 
-@check_shapes(
+#: The shapes of a windows function: a set of M features in, their :class:`CosineWindows` on the
+#: kernel's ``D_active`` active dimensions out.
+_check_window_shapes = check_shapes(
     "inducing_variable: [M, D, 1]",
     "return.centres: [M, D_active]",
     "return.variances: [M, D_active]",
     "return.frequencies: [M, D_active]",
     "return.phases: [M]",
 )
+
+
+@_check_window_shapes
 def fif_windows(
     inducing_variable: FrequencyInducingFeatures, kernel: SquaredExponential
 ) -> CosineWindows:
@@ -215,13 +220,7 @@ def fif_windows(
     )
 
 
-@check_shapes(
-    "inducing_variable: [M, D, 1]",
-    "return.centres: [M, D_active]",
-    "return.variances: [M, D_active]",
-    "return.frequencies: [M, D_active]",
-    "return.phases: [M]",
-)
+@_check_window_shapes
 def multiscale_windows(inducing_variable: Multiscale, kernel: SquaredExponential) -> CosineWindows:
     """
     GPflow's ``Multiscale`` features as frequency inducing features: zero frequencies and phases

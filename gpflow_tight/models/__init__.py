@@ -1,8 +1,14 @@
-"""The models of gpflow-tight, one module per family."""
+"""
+The models of gpflow-tight, one module per family. (Their posteriors are in
+:mod:`gpflow_tight.posteriors`; ``PowerEPPosterior`` and ``OrthogonalPosterior`` stay importable
+from here for code written before they moved.)
+"""
 
+from ..posteriors import OrthogonalPosterior as OrthogonalPosterior
+from ..posteriors import PowerEPPosterior as PowerEPPosterior
 from .gplvm import TVBGPLVM, MinibatchBayesianGPLVM, TightBayesianGPLVM
-from .power_ep import DTC, FITC, PITC, VFE, PowerEPPosterior, PowerEPSGP
-from .solve import SOLVEGP, SOLVEGPR, OrthogonalPosterior, TightSOLVEGP, TightSOLVEGPR
+from .power_ep import DTC, FITC, PITC, VFE, PowerEPSGP
+from .solve import SOLVEGP, SOLVEGPR, TightSOLVEGP, TightSOLVEGPR
 from .tight_sgpr import RelaxedSGPR, TightSGPR
 from .tight_svgp import RelaxedSVGP, TightSVGP
 from .vnngp import VNNGP
@@ -13,7 +19,6 @@ __all__ = [
     "TightSGPR",
     "TightSVGP",
     "PowerEPSGP",
-    "PowerEPPosterior",
     "FITC",
     "PITC",
     "VFE",
@@ -26,5 +31,4 @@ __all__ = [
     "TightSOLVEGPR",
     "SOLVEGP",
     "TightSOLVEGP",
-    "OrthogonalPosterior",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
-from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
+from gpflow.base import InputData, Parameter, RegressionData
 from gpflow.config import default_float
 from gpflow.kernels import Kernel, LinearCoregionalization, MultioutputKernel
 from gpflow.kullback_leiblers import gauss_kl
@@ -373,16 +373,6 @@ class SOLVEGP(RelaxedSVGP):
             mean_function=self.mean_function,
             precompute_cache=precompute_cache,
         )
-
-    @inherit_check_shapes
-    def predict_f(
-        self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
-    ) -> MeanAndVariance:
-        """The decoupled predictive of :class:`OrthogonalPosterior` (``posterior().predict_f``)."""
-        with explain_cholesky_failure():
-            return self.posterior(PrecomputeCacheType.NOCACHE).fused_predict_f(
-                Xnew, full_cov=full_cov, full_output_cov=full_output_cov
-            )
 
 
 class TightSOLVEGP(SOLVEGP):
