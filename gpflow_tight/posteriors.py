@@ -473,7 +473,7 @@ class PowerEPPosterior(ConstructorOnly, FusedFromCache):
 # VNNGP: nearest-neighbour conditionals (Wu, Pleiss & Cunningham 2022)
 
 
-class VNNGPPosterior(AbstractPosterior):
+class VNNGPPosterior(FusedFromCache):
     """
     The posterior of :class:`~gpflow_tight.VNNGP` (Wu, Pleiss & Cunningham 2022): a product of
     marginals (eq. 11), each from the :math:`K` nearest inducing inputs :math:`n(\\mathbf x_*)`
@@ -621,13 +621,6 @@ class VNNGPPosterior(AbstractPosterior):
         full_output_cov: bool = False,
     ) -> tuple[tf.Tensor, tf.Tensor]:
         Z, residual, variances = cache
-        return self._marginals(Z, residual, variances, Xnew, full_cov, full_output_cov)
-
-    @inherit_check_shapes
-    def _conditional_fused(
-        self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        Z, residual, variances = self._live_values()
         return self._marginals(Z, residual, variances, Xnew, full_cov, full_output_cov)
 
     def _marginals(
