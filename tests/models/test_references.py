@@ -191,6 +191,20 @@ def lmc_weights():
     return np.array([[1.0, -0.4], [0.3, 0.8], [-0.7, 0.5]])  # W [P=3, L=2]
 
 
+def lmc_problem(rng, shared_inducing, shared_class, separate_class):
+    """Data [N, P=3], mixing W, two latent GPs' inducing inputs and their inducing variables
+    (one shared set or one per latent GP, of the given GPflow classes), and a random q(u)."""
+    X = inputs(rng)
+    Y = rng.standard_normal((NUM_DATA, 3))
+    Zs = [rng.uniform(-2, 2, (NUM_INDUCING, INPUT_DIM)) for _ in range(2)]
+    if shared_inducing:
+        Zs = [Zs[0], Zs[0]]
+        iv = shared_class(InducingPoints(Zs[0]))
+    else:
+        iv = separate_class([InducingPoints(Z) for Z in Zs])
+    return (X, Y, lmc_weights(), Zs, iv, *random_q(rng, NUM_INDUCING, 2))
+
+
 @pytest.mark.parametrize("whiten", [True, False])
 @pytest.mark.parametrize("shared_inducing", [True, False], ids=["shared-Z", "separate-Z"])
 def test_linear_coregionalization_relaxes_latent_gps_before_mixing(rng, whiten, shared_inducing):
@@ -200,16 +214,12 @@ def test_linear_coregionalization_relaxes_latent_gps_before_mixing(rng, whiten, 
     mixing. Latent l: μ_l, v_l = s_l + m_l d_l, m_l = β_l / (d_l + β_l); output p:
     μ_p = Σ_l W_pl μ_l, v_p = Σ_l W_pl² v_l; relaxation term ½ Σ_{n,l} (1 + log m − m).
     """
-    X = inputs(rng)
-    Y = rng.standard_normal((NUM_DATA, 3))
-    W = lmc_weights()
-    Zs = [rng.uniform(-2, 2, (NUM_INDUCING, INPUT_DIM)) for _ in range(2)]
-    if shared_inducing:
-        Zs = [Zs[0], Zs[0]]
-        iv = SharedIndependentInducingVariables(InducingPoints(Zs[0]))
-    else:
-        iv = SeparateIndependentInducingVariables([InducingPoints(Z) for Z in Zs])
-    q_mu, q_sqrt = random_q(rng, NUM_INDUCING, 2)
+    X, Y, W, Zs, iv, q_mu, q_sqrt = lmc_problem(
+        rng,
+        shared_inducing,
+        SharedIndependentInducingVariables,
+        SeparateIndependentInducingVariables,
+    )
     beta = np.array([0.37, 2.5])
     kernel = gpflow.kernels.LinearCoregionalization(gp_kernels(), W)
     model = tight_svgp(kernel, iv, q_mu, q_sqrt, whiten, beta)
@@ -238,16 +248,12 @@ def test_fallback_linear_coregionalization_relaxes_the_output_process(rng, white
     cov(f_p(x), u_l) = W_pl k_l(x, Z_l) and prior variance Σ_l W_pl² k_l(x, x); then
     v_np = s_np + m_np d_np, m_np = β / (d_np + β), and ½ Σ_{n,p} (1 + log m − m).
     """
-    X = inputs(rng)
-    Y = rng.standard_normal((NUM_DATA, 3))
-    W = lmc_weights()
-    Zs = [rng.uniform(-2, 2, (NUM_INDUCING, INPUT_DIM)) for _ in range(2)]
-    if shared_inducing:
-        Zs = [Zs[0], Zs[0]]
-        iv = FallbackSharedIndependentInducingVariables(InducingPoints(Zs[0]))
-    else:
-        iv = FallbackSeparateIndependentInducingVariables([InducingPoints(Z) for Z in Zs])
-    q_mu, q_sqrt = random_q(rng, NUM_INDUCING, 2)
+    X, Y, W, Zs, iv, q_mu, q_sqrt = lmc_problem(
+        rng,
+        shared_inducing,
+        FallbackSharedIndependentInducingVariables,
+        FallbackSeparateIndependentInducingVariables,
+    )
     beta = 0.6
     kernel = gpflow.kernels.LinearCoregionalization(gp_kernels(), W)
     model = tight_svgp(kernel, iv, q_mu, q_sqrt, whiten, beta)
