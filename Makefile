@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: demo test lint format bench docs clean
+.PHONY: demo test test-gpflow lint format bench docs clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -32,7 +32,12 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff check --fix gpflow_tight tests benchmarks notebooks examples docs/conf.py
 
 test: lint
-	$(BIN)/pytest -n 2 --durations=15 tests
+	$(BIN)/pytest -n 2 --durations=15 --ignore=tests/integration/test_gpflow_suite.py tests
+	$(MAKE) --no-print-directory test-gpflow
+
+# GPflow's own tests with each drop-in swapped in (they run on both cores in subprocesses)
+test-gpflow: $(VENV)/.installed-test
+	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_gpflow_suite.py
 
 # the site, with the notebooks executed (cached: rerun only when they change)
 docs: $(VENV)/.installed-test
@@ -52,6 +57,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/gplvm_oil_flow.py
 	$(PY) benchmarks/solve_cost.py
 	$(PY) benchmarks/solve_uci.py
+	$(PY) benchmarks/gpflow_notebooks.py
 
 clean:
 	rm -rf $(VENV) demo_output build docs/_build *.egg-info

@@ -24,7 +24,7 @@ from gpflow.config import default_float
 from gpflow.keras import tf_keras
 from gpflow.models import BayesianModel, ExternalDataTrainingLossMixin
 
-from .validation import explain_cholesky_failure
+from .validation import cholesky_checks, explain_cholesky_failure
 
 __all__ = ["KerasGPModel"]
 
@@ -70,6 +70,10 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         and its loss, which would divide by a batch size of 0, is not evaluated. Without a
         strategy the weight is 1.
         """
+        with cholesky_checks(True):  # stop with advice where a factorisation fails
+            return self._replica_loss(data)
+
+    def _replica_loss(self, data: Any) -> tuple[tf.Tensor, tf.Tensor]:
         replica = tf.distribute.get_replica_context()
         if replica is None or replica.num_replicas_in_sync == 1:
             return self.gp_model.training_loss(data), tf.ones([], default_float())

@@ -31,8 +31,10 @@ from gpflow.base import TensorType
 from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
 from gpflow.inducing_variables import (
+    FallbackSeparateIndependentInducingVariables,
+    FallbackSharedIndependentInducingVariables,
+    MultioutputInducingVariables,
     SeparateIndependentInducingVariables,
-    SharedIndependentInducingVariables,
 )
 from gpflow.kernels import (
     IndependentLatent,
@@ -298,10 +300,17 @@ def latent_blocks(kernel: Kernel, orthogonal_inducing_variable: Any) -> list[Lat
 
 
 def _as_list(inducing_variable: Any) -> list[Any]:
-    if isinstance(inducing_variable, SeparateIndependentInducingVariables):
+    # GPflow's Fallback* classes are the bases of its Separate/SharedIndependent ones
+    if isinstance(inducing_variable, FallbackSeparateIndependentInducingVariables):
         return list(inducing_variable.inducing_variable_list)
-    if isinstance(inducing_variable, SharedIndependentInducingVariables):
+    if isinstance(inducing_variable, FallbackSharedIndependentInducingVariables):
         return [inducing_variable.inducing_variable]
+    if isinstance(inducing_variable, MultioutputInducingVariables):
+        raise TypeError(
+            f"SOLVE-GP takes independent latent GPs; {type(inducing_variable).__name__} is not "
+            "supported: use SharedIndependentInducingVariables or "
+            "SeparateIndependentInducingVariables."
+        )
     return [inducingpoint_wrapper(inducing_variable)]
 
 
@@ -317,6 +326,16 @@ def orthogonal_sets(kernel: Kernel, inducing_variable: Any, orthogonal: Any) -> 
             "array of shape [0, D] gives the model without orthogonal points)."
         )
     regular, orthogonal = _as_list(inducing_variable), _as_list(orthogonal)
+    if isinstance(kernel, MultioutputKernel) and not isinstance(
+        inducing_variable, MultioutputInducingVariables
+    ):
+        raise TypeError(
+            f"With a multi-output kernel ({type(kernel).__name__}), plain inducing points mean "
+            "GPflow's fully correlated q(u) over M x P outputs, which SOLVE-GP's orthogonal "
+            "decomposition (one per independent latent GP) does not cover. Wrap the inducing "
+            "points: `gpflow.inducing_variables.SharedIndependentInducingVariables("
+            "gpflow.inducing_variables.InducingPoints(Z))` (and the same for the orthogonal set)."
+        )
     size = max(len(regular), len(orthogonal), len(latent_kernels(kernel)))
     if size == 1:
         return OrthogonalInducingVariables(orthogonal[0], regular=regular[0])

@@ -498,8 +498,9 @@ class VNNGPPosterior(FusedFromCache):
     variances :math:`\\mathbf s`. So with a ``VARIABLE`` cache, ``predict_f`` keeps the
     parameters of the last ``update_cache()`` (``fused_predict_f`` always reads the live ones).
     Both read the kernel live: there is no M-sized kernel quantity to cache, since each test
-    input needs its own :math:`K \\times K` block. Full covariances are not defined:
-    :math:`q(\\mathbf f)` is a product of marginals.
+    input needs its own :math:`K \\times K` block. ``full_cov=True`` gives the joint of the
+    test values, whose nearest-neighbour conditionals are independent given the inducing
+    variables (:math:`O(N_*^2 M)`).
 
     ``num_neighbors`` and ``prediction_batch_size`` are read-only: they decide the shapes of the
     computation, which compiled functions would keep. Build a new posterior to change them.
@@ -632,18 +633,45 @@ class VNNGPPosterior(FusedFromCache):
         full_cov: bool,
         full_output_cov: bool,
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """Eq. 25 at each row of ``Xnew``, without the mean function: [N, L] each."""
-        if full_cov or full_output_cov:
-            raise ValueError(
-                "VNNGP's q(f) is a product of marginals (Wu et al. 2022, eq. 11): use "
-                "full_cov=False and full_output_cov=False."
-            )
+        """
+        Eq. 25 at each row of ``Xnew``, without the mean function: [N, L] each, in chunks; or
+        the joint of :meth:`_joint` for ``full_cov``. The latent GPs are independent
+        (``full_output_cov`` gives diagonal output covariances).
+        """
         Xnew = tf.cast(Xnew, Z.dtype)
         if Xnew.shape.rank != 2 or Xnew.shape[-1] not in (None, Z.shape[-1]):
             raise ValueError(
                 f"`Xnew` must be [N, {Z.shape[-1]}] (the inducing inputs' dimension), got "
                 f"shape {tuple(Xnew.shape)}."
             )
+        if full_cov:
+            mean, covariance = self._joint(Z, residual, variances, Xnew)
+        else:
+            mean, covariance = self._chunked_marginals(Z, residual, variances, Xnew)
+        return mean, expand_independent_outputs(covariance, full_cov, full_output_cov)
+
+    def _joint(
+        self, Z: tf.Tensor, residual: tf.Tensor, variances: tf.Tensor, Xnew: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """
+        Mean [N, L] and joint covariance [L, N, N] of the test values: each is conditioned on
+        its own neighbours' inducing variables, and the conditionals are independent given
+        them (eq. 25 at several inputs), so :math:`\\mathrm{Cov} = A S A^\\top +
+        \\mathrm{diag}(\\mathbf c)` with the sparse rows :math:`\\mathbf a_*` of :math:`A`
+        [N, M] and :math:`S = \\mathrm{diag}(\\mathbf s)`. :math:`O(N^2 M)`.
+        """
+        neighbors = graph_nearest_neighbors(Z, Xnew, self._num_neighbors)
+        a, c = self.conditional_on_neighbors(self.kernel, Z, Xnew, neighbors)
+        rows = tf.broadcast_to(tf.range(tf.shape(neighbors)[0])[:, None], tf.shape(neighbors))
+        shape = tf.stack([tf.shape(Xnew)[0], tf.shape(Z)[0]])
+        A = tf.scatter_nd(tf.stack([rows, tf.cast(neighbors, rows.dtype)], axis=-1), a, shape)
+        covariance = tf.einsum("nm,ml,km->lnk", A, variances, A) + tf.linalg.diag(c)
+        return tf.linalg.matmul(A, residual), covariance
+
+    def _chunked_marginals(
+        self, Z: tf.Tensor, residual: tf.Tensor, variances: tf.Tensor, Xnew: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Eq. 25 at each row of ``Xnew``, ``prediction_batch_size`` rows at a time."""
         chunk = self._prediction_batch_size
         num_chunks = (tf.shape(Xnew)[0] + chunk - 1) // chunk
 

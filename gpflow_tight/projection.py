@@ -32,7 +32,13 @@ from gpflow import kernels
 from gpflow.base import TensorType
 from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
-from gpflow.inducing_variables import InducingVariables
+from gpflow.inducing_variables import (
+    FallbackSeparateIndependentInducingVariables,
+    FallbackSharedIndependentInducingVariables,
+    InducingVariables,
+    SeparateIndependentInducingVariables,
+    SharedIndependentInducingVariables,
+)
 
 from .validation import KUU, checked_cholesky
 
@@ -41,6 +47,7 @@ __all__ = [
     "residual_variance",
     "latent_kernel_diag",
     "inducing_cholesky",
+    "latent_sets",
     "project",
     "marginals_with_residual",
     "CollapsedTerms",
@@ -97,6 +104,22 @@ def inducing_cholesky(
     return checked_cholesky(Kuu(inducing_variable, kernel, jitter=default_jitter()), what)
 
 
+def latent_sets(inducing_variable: InducingVariables) -> InducingVariables:
+    """
+    The inducing sets of independent latent GPs: GPflow's "fallback" containers (which ask
+    GPflow for the mixed outputs' covariances) as their plain Shared/SeparateIndependent forms,
+    which hold the same sets; anything else as it is.
+    """
+    plain = SharedIndependentInducingVariables | SeparateIndependentInducingVariables
+    if isinstance(inducing_variable, plain):
+        return inducing_variable
+    if isinstance(inducing_variable, FallbackSharedIndependentInducingVariables):
+        return SharedIndependentInducingVariables(inducing_variable.inducing_variable)
+    if isinstance(inducing_variable, FallbackSeparateIndependentInducingVariables):
+        return SeparateIndependentInducingVariables(inducing_variable.inducing_variable_list)
+    return inducing_variable
+
+
 def project(
     inducing_variable: InducingVariables,
     kernel: kernels.Kernel,
@@ -110,8 +133,11 @@ def project(
 
     :param L: the Cholesky factor of :math:`K_{uu} + \\varepsilon I`, when already known.
     """
+    inducing_variable = latent_sets(inducing_variable)
     if L is None:
         L = inducing_cholesky(inducing_variable, kernel)
+    # a known rank for the branches below, also under an input signature of unknown shape
+    X = tf.ensure_shape(X, [None, None])
     Kmn = Kuf(inducing_variable, kernel, X)
     if L.shape.ndims == 2 and Kmn.shape.ndims == 3:
         L = tf.broadcast_to(L, tf.concat([tf.shape(Kmn)[:1], tf.shape(L)], 0))

@@ -20,7 +20,7 @@ from gpflow.keras import tf_keras
 from gpflow.models import ExternalDataTrainingLossMixin
 from tqdm.auto import tqdm
 
-from .validation import explain_cholesky_failure
+from .validation import cholesky_checks, explain_cholesky_failure
 
 if TYPE_CHECKING:
     from .models import PowerEPSGP
@@ -58,7 +58,12 @@ def fit_scipy(
     else:
         loss = model.training_loss
     history: list[float] = []
-    compiled_loss = tf.function(loss)  # one extra compiled loss evaluation per iteration
+
+    @tf.function  # one extra loss evaluation per iteration, at an accepted point
+    def compiled_loss() -> tf.Tensor:
+        with cholesky_checks(True):
+            return loss()
+
     with tqdm(total=maxiter, desc=type(model).__name__, disable=not progress) as bar:
 
         def record(step: int, variables: Any, values: Any) -> None:
@@ -70,6 +75,7 @@ def fit_scipy(
             bar.update(1)
 
         with explain_cholesky_failure():
+            # the loss is NaN where a factorisation fails, and the line search backs off
             result = gpflow.optimizers.Scipy().minimize(
                 loss,
                 model.trainable_variables,
@@ -77,6 +83,8 @@ def fit_scipy(
                 step_callback=record,
                 **scipy_kwargs,
             )
+            if not np.isfinite(result.fun):  # stopped where the loss is not finite: say why
+                compiled_loss()
         bar.set_postfix_str(
             f"loss={result.fun:.4g}, {'converged' if result.success else 'NOT converged'}"
         )
@@ -148,7 +156,7 @@ def fit_adam(
 
     @tf.function
     def step(batch: Any) -> tf.Tensor:
-        with tf.GradientTape() as tape:
+        with tf.GradientTape() as tape, cholesky_checks(True):  # a failed step changes nothing
             loss = model.training_loss(batch) if external else model.training_loss()
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss

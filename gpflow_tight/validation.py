@@ -4,9 +4,9 @@ message that names the argument and the fix.
 """
 
 import contextlib
-import functools
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+import contextvars
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -19,14 +19,15 @@ __all__ = [
     "check_positive",
     "checked_cholesky",
     "check_cholesky_factor",
+    "cholesky_checks",
+    "training_objective",
     "explain_cholesky_failure",
-    "translate_cholesky_failure",
 ]
 
 KUU = "K_uu (the covariance of the inducing variables)"
 _CHOLESKY_ADVICE = (
-    "The Cholesky factorisation of {what} failed: the matrix is not numerically positive "
-    "definite. Typical causes and fixes: inducing points that (nearly) coincide (remove "
+    "Cholesky decomposition was not successful for {what}: the matrix is not numerically "
+    "positive definite. Typical causes and fixes: inducing points that (nearly) coincide (remove "
     "duplicates or use fewer inducing points), a lengthscale much larger than the spread of "
     "the inputs, or too little jitter (raise it with "
     "`gpflow.config.set_default_jitter(1e-4)` or "
@@ -35,19 +36,71 @@ _CHOLESKY_ADVICE = (
     "happens during training, a diverging optimiser step may have made the parameters NaN or "
     "inf: lower the learning rate."
 )
-_ADVICE_START = "The Cholesky factorisation of "
+_ADVICE_START = "Cholesky decomposition was not successful for "
 
 
-class CholeskyError(ValueError):
-    """A Cholesky factorisation failed; the message says what to do about it."""
+class CholeskyError(tf.errors.InvalidArgumentError, ValueError):
+    """
+    A Cholesky factorisation failed; the message says what to do about it. It is the
+    ``tf.errors.InvalidArgumentError`` that TensorFlow (and GPflow's models) raise there, so code
+    written for GPflow catches it unchanged, and a ``ValueError``.
+    """
+
+    def __init__(self, message: str, cause: tf.errors.OpError | None = None) -> None:
+        super().__init__(
+            None if cause is None else cause.node_def,
+            None if cause is None else cause.op,
+            message,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable, as TensorFlow's errors are
+        return (type(self), (self.message,))
+
+
+# Whether check_cholesky_factor checks: True or False when set by cholesky_checks, None (the
+# default: check, except inside a training objective) otherwise.
+_CHECKS: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "gpflow_tight_cholesky_checks", default=None
+)
+
+
+@contextlib.contextmanager
+def cholesky_checks(enabled: bool) -> Iterator[None]:
+    """
+    Check every Cholesky factor computed (and traced) inside the context (``True``), also in
+    training objectives, or none (``False``).
+    """
+    token = _CHECKS.set(enabled)
+    try:
+        yield
+    finally:
+        _CHECKS.reset(token)
+
+
+@contextlib.contextmanager
+def training_objective() -> Iterator[None]:
+    """
+    The context of a model's ``training_loss``: a failed factorisation gives a non-finite loss,
+    as in GPflow's models, so that a line search (scipy's L-BFGS-B, BFGS) backs off and carries
+    on; unless :func:`cholesky_checks` asked for checks (the training helpers of
+    :mod:`gpflow_tight.training` do, to stop with advice).
+    """
+    if _CHECKS.get() is None:
+        with cholesky_checks(False):
+            yield
+    else:
+        yield
 
 
 def check_cholesky_factor(factor: tf.Tensor, what: str) -> tf.Tensor:
     """
     Pass ``factor`` through, failing with advice if it holds NaN or inf. On CPU, TensorFlow
     returns a NaN factor for a matrix that is not positive definite instead of raising; this
-    check (cheap: O(M^2)) turns that into an error, eagerly and inside ``tf.function``.
+    check (cheap: O(M^2)) turns that into an error, eagerly and inside ``tf.function`` (when
+    traced), except inside a training objective (:func:`training_objective`).
     """
+    if _CHECKS.get() is False:
+        return factor
     return tf.debugging.check_numerics(factor, _CHOLESKY_ADVICE.format(what=what))
 
 
@@ -63,7 +116,7 @@ def explain_cholesky_failure(what: str = KUU) -> Iterator[None]:
     :class:`CholeskyError` with advice. Other errors pass through unchanged.
 
     TensorFlow raises these errors when an op runs: eagerly inside this context, or when a
-    compiled function is called, so wrap the call site (see :func:`translate_cholesky_failure`).
+    compiled function is called, so wrap the call site.
     """
     try:
         yield
@@ -73,22 +126,8 @@ def explain_cholesky_failure(what: str = KUU) -> Iterator[None]:
             raise
         if _ADVICE_START in message:  # a named check already said which matrix failed
             advice = message[message.index(_ADVICE_START) :].split(" : Tensor had")[0]
-            raise CholeskyError(advice) from error
-        raise CholeskyError(_CHOLESKY_ADVICE.format(what=what)) from error
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def translate_cholesky_failure(function: F) -> F:
-    """Decorator form of :func:`explain_cholesky_failure`, for closures and methods."""
-
-    @functools.wraps(function)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        with explain_cholesky_failure():
-            return function(*args, **kwargs)
-
-    return wrapped  # type: ignore[return-value]
+            raise CholeskyError(advice, error) from error
+        raise CholeskyError(_CHOLESKY_ADVICE.format(what=what), error) from error
 
 
 def _as_2d_array(value: Any, name: str) -> np.ndarray:

@@ -70,3 +70,27 @@ def test_export_rejects_a_bad_input_dim(tmp_path):
     model, _ = MODEL_FACTORIES["TightSGPR"](np.random.default_rng(0))
     with pytest.raises(ValueError, match="input_dim"):
         export_predictions(model, str(tmp_path / "m"), input_dim=0)
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_FACTORIES))
+def test_a_failed_factorisation_gives_a_nan_training_loss_as_in_gpflow(name):
+    """
+    GPflow's contract: ``training_loss_closure(compile=True)`` is a ``tf.function``, and where a
+    Cholesky factorisation fails the loss is NaN (so that a line search backs off) rather than
+    an error. The training helpers stop with the package's advice instead, and a failed Adam
+    step changes no parameter.
+    """
+    model, data = MODEL_FACTORIES[name](np.random.default_rng(3))
+    closure = model.training_loss_closure(**({} if data is None else {"data": data}))
+    assert isinstance(closure, tf.types.experimental.PolymorphicFunction)
+    with gpflow.config.as_context(gpflow.config.Config(jitter=0.0)):
+        # every kernel matrix becomes the matrix of ones: singular
+        lengthscales = model.kernel.lengthscales
+        lengthscales.assign(tf.fill(tf.shape(lengthscales), tf.constant(1e8, lengthscales.dtype)))
+        closure = model.training_loss_closure(**({} if data is None else {"data": data}))
+        assert not np.isfinite(closure().numpy())
+        before = _state(model)
+        with pytest.raises(gpflow_tight.CholeskyError, match="jitter"):
+            gpflow_tight.training.fit_adam(model, data, iterations=1, progress=False)
+        for got, expected in zip(_state(model), before):
+            np.testing.assert_array_equal(got, expected)

@@ -32,8 +32,12 @@ class OrthogonalInducingVariables(InducingVariables):
     :param orthogonal: the inducing variables :math:`\\mathbf v` (an array [M_v, D] is taken as
         inducing points).
     :param regular: the inducing variables :math:`\\mathbf u` they are made orthogonal to. The
-        object is shared, not copied: a model that trains :math:`Z_u` moves this set too.
+        object is shared, not copied: a model that trains :math:`Z_u` moves this set too. It is
+        a reference: its parameters belong to the model's ``inducing_variable``, and GPflow's
+        ``print_summary``/``parameter_dict`` and ``trainable_variables`` list them there only.
     """
+
+    _TF_MODULE_IGNORED_PROPERTIES = InducingVariables._TF_MODULE_IGNORED_PROPERTIES | {"regular"}
 
     def __init__(self, orthogonal: Any, regular: Any) -> None:
         super().__init__(name="OrthogonalInducingVariables")

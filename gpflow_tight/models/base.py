@@ -2,19 +2,22 @@
 
 from typing import Any
 
-from ..validation import ConstructorOnly, translate_cholesky_failure
+from ..validation import ConstructorOnly, training_objective
 
-__all__ = ["ExplainsCholeskyFailures", "ConstructorOnly"]
+__all__ = ["NaNLossOnCholeskyFailure", "ConstructorOnly"]
 
 
-class ExplainsCholeskyFailures:
+class NaNLossOnCholeskyFailure:
     """
-    Mixin for GPflow models: the closures of ``training_loss_closure`` re-raise a failed Cholesky
-    factorisation as :class:`~gpflow_tight.validation.CholeskyError`, whose message says what to
-    do, instead of TensorFlow's bare ``InvalidArgumentError``.
+    Mixin for GPflow models: where a Cholesky factorisation fails, ``training_loss`` (and so
+    GPflow's ``training_loss_closure``, compiled as GPflow compiles it) is non-finite, as in
+    GPflow's models, so that optimisers with a line search back off and carry on. Everywhere
+    else (predictions, ``elbo()`` called directly, the training helpers of
+    :mod:`gpflow_tight.training`) the failure raises a :class:`~gpflow_tight.CholeskyError`
+    that says what to do.
     """
 
-    def training_loss_closure(self, *args: Any, **kwargs: Any) -> Any:
-        """GPflow's closure; a failed Cholesky raises a :class:`~.validation.CholeskyError`."""
-        closure = super().training_loss_closure(*args, **kwargs)  # type: ignore[misc]
-        return translate_cholesky_failure(closure)
+    def training_loss(self, *args: Any, **kwargs: Any) -> Any:
+        """GPflow's training loss; NaN where a Cholesky factorisation fails."""
+        with training_objective():
+            return super().training_loss(*args, **kwargs)  # type: ignore[misc]

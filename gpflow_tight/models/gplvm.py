@@ -23,7 +23,7 @@ from gpflow.utilities import positive, triangular
 from ..projection import ExpectedProjection, expected_projection, inducing_cholesky, project
 from ..relaxation import Relaxation, SampledOptimalRelaxation, as_relaxation
 from ..validation import checked_cholesky, explain_cholesky_failure
-from .base import ConstructorOnly, ExplainsCholeskyFailures
+from .base import ConstructorOnly, NaNLossOnCholeskyFailure
 
 __all__ = ["TightBayesianGPLVM", "TVBGPLVM", "MinibatchBayesianGPLVM"]
 
@@ -109,7 +109,7 @@ def _latent_kl(
     )
 
 
-class TightBayesianGPLVM(ExplainsCholeskyFailures, ConstructorOnly, BayesianGPLVM):
+class TightBayesianGPLVM(NaNLossOnCholeskyFailure, ConstructorOnly, BayesianGPLVM):
     """
     Bayesian GPLVM (:cite:t:`titsias2010bayesian`) with the tighter collapsed bound (TV-BGPLVM)
     of :cite:t:`bui2025tighter`, §5: the prior conditional :math:`p(\\mathbf f \\mid \\mathbf u,
@@ -230,7 +230,7 @@ TVBGPLVM = TightBayesianGPLVM
 
 
 class MinibatchBayesianGPLVM(
-    ExplainsCholeskyFailures, ConstructorOnly, GPModel, ExternalDataTrainingLossMixin
+    NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrainingLossMixin
 ):
     """
     An uncollapsed Bayesian GPLVM (:cite:t:`titsias2010bayesian`) that trains on minibatches of

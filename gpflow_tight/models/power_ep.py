@@ -22,13 +22,13 @@ from gpflow.config import default_float
 from gpflow.kernels import Kernel
 from gpflow.likelihoods import Gaussian, Likelihood, ScalarLikelihood
 from gpflow.mean_functions import MeanFunction
-from gpflow.models import GPModel, InternalDataTrainingLossMixin
+from gpflow.models import SGPR, GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import InducingVariablesLike, data_input_to_tensor, inducingpoint_wrapper
 from gpflow.posteriors import PrecomputeCacheType
 
 from ..posteriors import PowerEPPosterior
 from ..validation import check_regression_data, explain_cholesky_failure
-from .base import ConstructorOnly, ExplainsCholeskyFailures
+from .base import ConstructorOnly, NaNLossOnCholeskyFailure
 from .power_ep_regression import (
     CollapsedProblem,
     check_alpha,
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 
-class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDataTrainingLossMixin):
+class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDataTrainingLossMixin):
     """
     Sparse GP with the Power-EP pseudo-point approximation of :cite:t:`bui2017unifying`.
 
@@ -148,8 +148,14 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
         inference: str | None = None,
         num_gauss_hermite_points: int = 50,
         seed: int = 0,
+        num_latent_gps: int | None = None,
     ) -> None:
         X, Y = check_regression_data(data)
+        if num_latent_gps is not None and num_latent_gps != Y.shape[1]:
+            raise ValueError(
+                f"`num_latent_gps` must equal the number of columns of Y ({Y.shape[1]}): the "
+                f"outputs share the kernel, one latent GP each; got {num_latent_gps}."
+            )
         if likelihood is None:
             likelihood = Gaussian(1.0 if noise_variance is None else noise_variance)
         elif noise_variance is not None:
@@ -161,7 +167,13 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
         if inference == "sites":
             check_site_data(likelihood, Y)
         super().__init__(kernel, likelihood, mean_function, num_latent_gps=Y.shape[1])
-        self.data = data_input_to_tensor((X, Y))
+        # data held in variables stays there, so that assigning new data takes effect
+        self.data = data_input_to_tensor(
+            tuple(
+                given if isinstance(given, tf.Variable) else checked
+                for given, checked in zip(data, (X, Y))
+            )
+        )
         self.num_data = X.shape[0]
         self.inducing_variable = inducingpoint_wrapper(inducing_variable)
         self.inference = inference
@@ -190,7 +202,7 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
             self.inducing_variable,
             self.likelihood,
             self.mean_function,
-            self.data,
+            self._checked_data(),
             self.alpha,
             self.site_precision,
             self.site_shift,
@@ -198,12 +210,28 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
             self.num_gauss_hermite_points,
         )
 
+    def _checked_data(self) -> RegressionData:
+        """
+        ``data``, whose number of rows may change (data held in variables) only where nothing
+        of the model's structure is per data point.
+        """
+        if self.inference == "sites" or self._layout is not None or self.alpha.ndim > 0:
+            tf.debugging.assert_equal(
+                tf.shape(self.data[0])[0],
+                self.num_data,
+                message=(
+                    "`data` changed its number of rows, but this model has a site, a power or a "
+                    "block per data row (fixed at construction); build a new model for new data"
+                ),
+            )
+        return self.data
+
     def _collapsed_problem(self) -> CollapsedProblem:
         """The closed-form regression problem (Gaussian likelihood) of this model's parts."""
         return CollapsedProblem(
             self.kernel,
             self.inducing_variable,
-            self.data,
+            self._checked_data(),
             self.likelihood,
             self.mean_function,
             self.alpha,
@@ -283,6 +311,45 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
         """``log_marginal_likelihood()``; ``training_loss()`` is −(this + log prior density)."""
         return self.log_marginal_likelihood()
 
+    # Titsias's bounds on log p(y) and their parts, as gpflow.models.SGPR computes them, for code
+    # written for SGPR (e.g. GPflow's upper-bound notebook). They are functions of the kernel,
+    # inducing-variable and likelihood parameters only, not of the power.
+    CommonTensors = SGPR.CommonTensors
+    logdet_term = SGPR.logdet_term
+    quad_term = SGPR.quad_term
+
+    def _common_calculation(self) -> SGPR.CommonTensors:
+        self._require_gaussian_likelihood("SGPR's bound terms")
+        return SGPR._common_calculation(self)  # type: ignore[arg-type]
+
+    @check_shapes("return: []")
+    def elbo(self) -> tf.Tensor:
+        """
+        Titsias's (2009) collapsed lower bound on :math:`\\log p(\\mathbf y)` at this model's
+        parameters, ``gpflow.models.SGPR.elbo``: the objective at ``alpha=0`` (VFE). At
+        :math:`\\alpha > 0` the Power-EP objective, :meth:`log_marginal_likelihood`, is not a
+        bound; this is, at every :math:`\\alpha`. Gaussian likelihoods only.
+        """
+        with explain_cholesky_failure():
+            return SGPR.elbo(self)  # type: ignore[arg-type]
+
+    @check_shapes("return: []")
+    def upper_bound(self) -> tf.Tensor:
+        """
+        Titsias's (2014) upper bound on :math:`\\log p(\\mathbf y)` at this model's
+        parameters, ``gpflow.models.SGPR.upper_bound``. Gaussian likelihoods only.
+        """
+        self._require_gaussian_likelihood("upper_bound")
+        with explain_cholesky_failure():
+            return SGPR.upper_bound(self)  # type: ignore[arg-type]
+
+    def _require_gaussian_likelihood(self, what: str) -> None:
+        if self.inference != "closed_form":
+            raise ValueError(
+                f"{what} needs a Gaussian likelihood (`inference='closed_form'`); this model "
+                f"has a {type(self.likelihood).__name__} likelihood."
+            )
+
     @check_shapes(
         "return[0]: [M, M]",
         "return[1]: [M, M]",
@@ -297,7 +364,11 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
         if self.inference == "closed_form":
             return collapsed_posterior(self._collapsed_problem())
         return site_whitened_posterior(
-            self.kernel, self.inducing_variable, self.data[0], self.site_precision, self.site_shift
+            self.kernel,
+            self.inducing_variable,
+            self._checked_data()[0],
+            self.site_precision,
+            self.site_shift,
         )
 
     @check_shapes(
@@ -326,7 +397,7 @@ class PowerEPSGP(ConstructorOnly, ExplainsCholeskyFailures, GPModel, InternalDat
         with explain_cholesky_failure():
             return PowerEPPosterior(
                 self.kernel,
-                self.data,
+                self._checked_data(),
                 self.inducing_variable,
                 self.likelihood,
                 self.num_latent_gps,

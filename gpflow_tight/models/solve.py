@@ -50,6 +50,20 @@ def _half_logdet(cholesky_factor: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.math.log(tf.linalg.diag_part(cholesky_factor)))
 
 
+def _check_orthogonal_sets(blocks: list[LatentBlock]) -> None:
+    """
+    Fail early, with advice, when the covariance of an orthogonal set given the regular one is
+    not positive definite (e.g. orthogonal points on top of regular ones). Without orthogonal
+    points nothing is checked, as SGPR and SVGP check nothing at construction.
+    """
+    if not tf.executing_eagerly():
+        return
+    with explain_cholesky_failure():
+        for block in blocks:
+            if int(block.inducing_variable.num_inducing) > 0:
+                orthogonal_factors(block.inducing_variable, block.kernel)
+
+
 class SOLVEGPR(RelaxedSGPR):
     """
     Collapsed SOLVE-GP regression: the bound of the orthogonally decoupled family with the
@@ -106,9 +120,9 @@ class SOLVEGPR(RelaxedSGPR):
             kernel, self.inducing_variable, orthogonal_inducing_variable
         )
         self.bound = bound
-        if tf.executing_eagerly():
-            with explain_cholesky_failure():
-                orthogonal_factors(self.orthogonal_inducing_variable, self.kernel)
+        _check_orthogonal_sets(
+            [LatentBlock(kernel, self.orthogonal_inducing_variable, slice(None))]
+        )
 
     def projection(
         self, X: InputData | None = None, factors: OrthogonalFactors | None = None
@@ -296,6 +310,8 @@ class SOLVEGP(RelaxedSVGP):
             default_sqrt = np.tile(np.eye(num_orthogonal), (self.num_latent_gps, 1, 1))
         if q_sqrt_orthogonal is None:
             q_sqrt_orthogonal = default_sqrt
+            if not self.whiten and num_orthogonal > 0 and tf.executing_eagerly():
+                q_sqrt_orthogonal = self._prior_sqrt_orthogonal(q_diag)
         if np.shape(q_sqrt_orthogonal) != shape_sqrt:
             raise ValueError(
                 f"`q_sqrt_orthogonal` must have shape {shape_sqrt}, got "
@@ -306,10 +322,25 @@ class SOLVEGP(RelaxedSVGP):
             transform=positive() if q_diag else triangular(),
             dtype=default_float(),
         )
-        if tf.executing_eagerly():
-            with explain_cholesky_failure():
-                for block in self.latent_blocks():
-                    orthogonal_factors(block.inducing_variable, block.kernel)
+        _check_orthogonal_sets(self.latent_blocks())
+
+    def _prior_sqrt_orthogonal(self, q_diag: bool) -> np.ndarray:
+        """
+        The unwhitened ``q_sqrt_orthogonal`` of :math:`q(\\mathbf v_\\perp) = p(\\mathbf v_\\perp)
+        = \\mathcal N(\\mathbf 0, C_{vv})`: the Cholesky factor of :math:`C_{vv}` per latent GP,
+        or the square root of its diagonal for ``q_diag``. (:math:`\\mathcal N(\\mathbf 0, I)`
+        would start thousands of nats of KL away from the prior where :math:`C_{vv}` is small.)
+        """
+        sqrt = []
+        with explain_cholesky_failure():
+            for block in self.latent_blocks():
+                L_v = orthogonal_factors(block.inducing_variable, block.kernel).L_v.numpy()
+                count = len(range(self.num_latent_gps)[block.latents])
+                if q_diag:
+                    sqrt += [np.sqrt(np.sum(L_v**2, axis=-1))] * count
+                else:
+                    sqrt += [L_v] * count
+        return np.stack(sqrt, axis=-1 if q_diag else 0)
 
     def _latent_structure(self) -> tuple[bool, bool]:
         """Independent latent GPs always; mixed when the kernel is a linear coregionalisation."""

@@ -24,14 +24,14 @@ from ..projection import (
 )
 from ..relaxation import Relaxation, as_relaxation
 from ..validation import check_regression_data, checked_cholesky, explain_cholesky_failure
-from .base import ConstructorOnly, ExplainsCholeskyFailures
+from .base import ConstructorOnly, NaNLossOnCholeskyFailure
 
 __all__ = ["RelaxedSGPR", "TightSGPR"]
 
 RESIDUAL = "D_ff = K_ff - Q_ff (the residual covariance of the training inputs)"
 
 
-class RelaxedSGPR(ExplainsCholeskyFailures, ConstructorOnly, SGPR):
+class RelaxedSGPR(NaNLossOnCholeskyFailure, ConstructorOnly, SGPR):
     """
     SGPR (:cite:t:`titsias2009variational`) whose conditional :math:`q(\\mathbf f \\mid
     \\mathbf u)` has variances :math:`m_n d_n` (:cite:t:`bui2025tighter`, §3). The optimal

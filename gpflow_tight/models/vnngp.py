@@ -21,12 +21,12 @@ from gpflow.utilities import positive
 from ..neighbors import graph_nearest_neighbors, nearest_neighbors, sequential_nearest_neighbors
 from ..posteriors import VNNGPPosterior
 from ..validation import check_batch
-from .base import ConstructorOnly, ExplainsCholeskyFailures
+from .base import ConstructorOnly, NaNLossOnCholeskyFailure
 
 __all__ = ["VNNGP", "VNNGPPosterior"]
 
 
-class VNNGP(ExplainsCholeskyFailures, ConstructorOnly, GPModel, ExternalDataTrainingLossMixin):
+class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrainingLossMixin):
     """
     Variational nearest-neighbour GP :cite:p:`wu2022variational`: a mean-field
     :math:`q(\\mathbf u) = \\prod_j \\mathcal N(u_j; m_j, s_j)` against the nearest-neighbour

@@ -430,19 +430,34 @@ def multi_output_kernels():
     }
 
 
-@pytest.mark.parametrize("name", ["shared", "separate", "coregionalization"])
-@pytest.mark.parametrize("separate_sets", [False, True])
-def test_multi_output_without_orthogonal_points_is_svgp(rng, name, separate_sets):
-    """S2 for every SVGP multi-output setting with independent latent GPs, tight or not."""
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        (name, kind)
+        for name in ["shared", "separate", "coregionalization"]
+        for kind in ["shared", "separate"]
+    ]
+    # GPflow's "fallback" sets are for mixed latent GPs (it has no Kuf for the others)
+    + [("coregionalization", "fallback_shared"), ("coregionalization", "fallback_separate")],
+)
+def test_multi_output_without_orthogonal_points_is_svgp(rng, name, kind):
+    """
+    S2 for every SVGP multi-output setting with independent latent GPs, tight or not, with
+    GPflow's shared or separate inducing sets and their "fallback" forms.
+    """
     X = rng.uniform(0, 6, (30, 1))
     Z_u = np.linspace(0.3, 5.7, 5)[:, None]
+    containers = {
+        "shared": SharedIndependentInducingVariables,
+        "separate": SeparateIndependentInducingVariables,
+        "fallback_shared": gpflow.inducing_variables.FallbackSharedIndependentInducingVariables,
+        "fallback_separate": gpflow.inducing_variables.FallbackSeparateIndependentInducingVariables,
+    }
 
     def sets(Z):
-        if separate_sets:
-            return SeparateIndependentInducingVariables(
-                [InducingPoints(Z), InducingPoints(Z + 0.1)]
-            )
-        return SharedIndependentInducingVariables(InducingPoints(Z))
+        if kind.endswith("separate"):
+            return containers[kind]([InducingPoints(Z), InducingPoints(Z + 0.1)])
+        return containers[kind](InducingPoints(Z))
 
     q_mu = rng.standard_normal((5, 2))
     q_sqrt = np.tril(0.2 * rng.standard_normal((2, 5, 5))) + 0.6 * np.eye(5)
@@ -654,6 +669,64 @@ def test_mixed_inducing_sets_match_the_dense_union_bound(rng):
 
 
 # ------------------------------------------------------------------ bad input
+
+
+def test_unwhitened_orthogonal_q_starts_at_the_prior(rng):
+    """q(v⊥) = p(v⊥) = N(0, C_vv) when not given: its KL is 0 (N(0, I) would be far off)."""
+    _, _, Z_u, Z_v = problem(rng)
+    C_vv = solve_blocks(np.zeros((1, 1)), Z_u, Z_v, VARIANCE, LENGTHSCALE)["C_vv"]
+    for q_diag in (False, True):
+        model = SOLVEGP(
+            kernel(), gpflow.likelihoods.Gaussian(), Z_u, Z_v, whiten=False, q_diag=q_diag
+        )
+        expected = np.sqrt(np.diag(C_vv))[:, None] if q_diag else np.linalg.cholesky(C_vv)[None]
+        np.testing.assert_allclose(model.q_sqrt_orthogonal.numpy(), expected, rtol=1e-6)
+        if not q_diag:
+            K_uu = gpflow.covariances.Kuu(
+                model.inducing_variable, kernel(), jitter=gpflow.config.default_jitter()
+            )
+            kl_u = gpflow.kullback_leiblers.gauss_kl(model.q_mu, model.q_sqrt, K_uu)
+            np.testing.assert_allclose(model.prior_kl().numpy(), kl_u.numpy(), rtol=1e-10)
+
+
+def test_multi_output_kernel_with_plain_inducing_points_is_refused(rng):
+    """GPflow reads that as a fully correlated q(u) over all outputs, which SOLVE-GP is not."""
+    with pytest.raises(TypeError, match="fully correlated"):
+        SOLVEGP(
+            gpflow.kernels.SharedIndependent(kernel(), output_dim=2),
+            gpflow.likelihoods.Gaussian(),
+            np.linspace(0, 1, 4)[:, None],
+            np.zeros((0, 1)),
+            q_mu=np.zeros((8, 1)),
+            q_sqrt=np.eye(8)[None],
+        )
+
+
+def test_without_orthogonal_points_a_singular_kuu_fails_where_svgp_fails(rng):
+    """As SVGP, construction succeeds; the posterior raises (TensorFlow's error type)."""
+    Z = np.zeros((3, 1))  # coincident: K_uu is singular without jitter
+    with gpflow.config.as_context(gpflow.config.Config(jitter=0.0)):
+        model = SOLVEGP(kernel(), gpflow.likelihoods.Gaussian(), Z, np.zeros((0, 1)))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="jitter"):
+            model.posterior()
+
+
+def test_each_parameter_is_listed_once_for_gpflow_utilities(rng):
+    """
+    The orthogonal set's reference to the regular one is not a second path to Z_u: GPflow's
+    upper-bound notebook copies ``parameter_dict`` without ``.inducing_variable.Z`` into a model
+    with another number of inducing points.
+    """
+    X, Y, Z_u, Z_v = problem(rng)
+    model = collapsed(SOLVEGPR, X, Y, Z_u, Z_v)
+    paths = gpflow.utilities.parameter_dict(model)
+    assert len(paths) == len({id(p) for p in paths.values()}) == len(model.trainable_variables)
+    assert ".inducing_variable.Z" in paths and ".orthogonal_inducing_variable.orthogonal.Z" in paths
+    del paths[".inducing_variable.Z"]
+    other = collapsed(SOLVEGPR, X, Y, Z_u[:3], Z_v)
+    gpflow.utilities.multiple_assign(other, paths)
+    uncollapsed = SOLVEGP(kernel(), gpflow.likelihoods.Gaussian(), Z_u, Z_v)
+    assert not any(".regular" in path for path in gpflow.utilities.parameter_dict(uncollapsed))
 
 
 def test_bad_input(rng):
