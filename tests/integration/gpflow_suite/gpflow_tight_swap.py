@@ -7,6 +7,7 @@ GPflow's classes (``tests/integration/test_gpflow_suite.py`` loads it in a subpr
 collected, so that ``from gpflow.models import SGPR`` in a test file gives the drop-in.
 """
 
+import inspect
 import json
 import os
 from collections.abc import Callable
@@ -43,25 +44,17 @@ def _empty_orthogonal_set(inducing_variable: Any) -> Any:
     return np.zeros((0, Z.shape[-1]))
 
 
-def _solve_regression(base: type) -> type:
-    """``base`` (SOLVEGPR or TightSOLVEGPR) built the way SGPR is, with no orthogonal points."""
+def _without_orthogonal_points(base: type) -> type:
+    """
+    ``base``, a SOLVE model, built the way GPflow's peer is (SGPR's or SVGP's arguments), with no
+    orthogonal points.
+    """
 
     class WithoutOrthogonalPoints(base):  # type: ignore[misc, valid-type]
-        def __init__(self, data: Any, kernel: Any, inducing_variable: Any, **kwargs: Any):
-            orthogonal = _empty_orthogonal_set(inducing_variable)
-            super().__init__(data, kernel, inducing_variable, orthogonal, **kwargs)
-
-    WithoutOrthogonalPoints.__name__ = f"{base.__name__}WithoutOrthogonalPoints"
-    return WithoutOrthogonalPoints
-
-
-def _solve_variational(base: type) -> type:
-    """``base`` (SOLVEGP or TightSOLVEGP) built the way SVGP is, with no orthogonal points."""
-
-    class WithoutOrthogonalPoints(base):  # type: ignore[misc, valid-type]
-        def __init__(self, kernel: Any, likelihood: Any, inducing_variable: Any, **kwargs: Any):
-            orthogonal = _empty_orthogonal_set(inducing_variable)
-            super().__init__(kernel, likelihood, inducing_variable, orthogonal, **kwargs)
+        def __init__(self, *args: Any, **kwargs: Any):
+            given = inspect.signature(base.__init__).bind_partial(self, *args, **kwargs)
+            orthogonal = _empty_orthogonal_set(given.arguments["inducing_variable"])
+            super().__init__(*args, orthogonal_inducing_variable=orthogonal, **kwargs)
 
     WithoutOrthogonalPoints.__name__ = f"{base.__name__}WithoutOrthogonalPoints"
     return WithoutOrthogonalPoints
@@ -82,10 +75,10 @@ SWAPS: dict[str, Callable[[Any], dict[str, type]]] = {
     },
     "power_ep": lambda gt: {"SGPR": gt.VFE, "SGPR_with_posterior": gt.VFE, "GPRFITC": gt.FITC},
     "solve": lambda gt: _sgpr_and_svgp(
-        _solve_regression(gt.SOLVEGPR), _solve_variational(gt.SOLVEGP)
+        _without_orthogonal_points(gt.SOLVEGPR), _without_orthogonal_points(gt.SOLVEGP)
     ),
     "tight_solve": lambda gt: _sgpr_and_svgp(
-        _solve_regression(gt.TightSOLVEGPR), _solve_variational(gt.TightSOLVEGP)
+        _without_orthogonal_points(gt.TightSOLVEGPR), _without_orthogonal_points(gt.TightSOLVEGP)
     ),
 }
 
