@@ -32,13 +32,7 @@ from gpflow import kernels
 from gpflow.base import TensorType
 from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
-from gpflow.inducing_variables import (
-    FallbackSeparateIndependentInducingVariables,
-    FallbackSharedIndependentInducingVariables,
-    InducingVariables,
-    SeparateIndependentInducingVariables,
-    SharedIndependentInducingVariables,
-)
+from gpflow.inducing_variables import InducingVariables
 
 from .validation import KUU, checked_cholesky
 
@@ -47,7 +41,6 @@ __all__ = [
     "residual_variance",
     "latent_kernel_diag",
     "inducing_cholesky",
-    "latent_sets",
     "project",
     "marginals_with_residual",
     "CollapsedTerms",
@@ -104,22 +97,6 @@ def inducing_cholesky(
     return checked_cholesky(Kuu(inducing_variable, kernel, jitter=default_jitter()), what)
 
 
-def latent_sets(inducing_variable: InducingVariables) -> InducingVariables:
-    """
-    The inducing sets of independent latent GPs: GPflow's "fallback" containers (which ask
-    GPflow for the mixed outputs' covariances) as their plain Shared/SeparateIndependent forms,
-    which hold the same sets; anything else as it is.
-    """
-    plain = SharedIndependentInducingVariables | SeparateIndependentInducingVariables
-    if isinstance(inducing_variable, plain):
-        return inducing_variable
-    if isinstance(inducing_variable, FallbackSharedIndependentInducingVariables):
-        return SharedIndependentInducingVariables(inducing_variable.inducing_variable)
-    if isinstance(inducing_variable, FallbackSeparateIndependentInducingVariables):
-        return SeparateIndependentInducingVariables(inducing_variable.inducing_variable_list)
-    return inducing_variable
-
-
 def project(
     inducing_variable: InducingVariables,
     kernel: kernels.Kernel,
@@ -133,7 +110,6 @@ def project(
 
     :param L: the Cholesky factor of :math:`K_{uu} + \\varepsilon I`, when already known.
     """
-    inducing_variable = latent_sets(inducing_variable)
     if L is None:
         L = inducing_cholesky(inducing_variable, kernel)
     # a known rank for the branches below, also under an input signature of unknown shape

@@ -19,7 +19,7 @@ from gpflow.posteriors import (
     get_posterior_class,
 )
 
-from ..projection import latent_sets, marginals_with_residual, project
+from ..projection import marginals_with_residual, project
 from ..relaxation import Relaxation, as_relaxation, conditional_relaxation_term
 from ..validation import check_batch, explain_cholesky_failure
 from .base import ConstructorOnly, NaNLossOnCholeskyFailure
@@ -91,7 +91,7 @@ class RelaxedSVGP(NaNLossOnCholeskyFailure, ConstructorOnly, SVGP):
 
     def _latent_structure(self) -> tuple[bool, bool]:
         """Whether the latent GPs are independent, and whether they are mixed (by ``W``)."""
-        posterior_class = get_posterior_class(self.kernel, latent_sets(self.inducing_variable))
+        posterior_class = get_posterior_class(self.kernel, self.inducing_variable)
         return (
             issubclass(posterior_class, IndependentPosterior),
             issubclass(posterior_class, LinearCoregionalizationPosterior),

@@ -186,25 +186,6 @@ def test_unit_relaxation_equals_svgp(rng, setting, whiten, q_diag):
     assert np.isfinite(tight.elbo((X, Y)).numpy())
 
 
-def test_fallback_sets_are_relaxed_per_latent_gp_as_the_plain_ones(rng):
-    """GPflow's "fallback" container holds the same latent sets: the same tight bound."""
-    settings = _multioutput_settings(rng)
-    (_, plain_kernel, plain_sets, num_latent, num_q), (_, kernel_, fallback_sets, *_) = (
-        settings[5],
-        settings[6],
-    )
-    X, Y = rng.uniform(-3, 3, (20, 1)), rng.standard_normal((20, 3))
-    q_mu, q_sqrt = random_q(rng, num_q, num_latent)
-    common = dict(q_mu=q_mu, q_sqrt=q_sqrt, num_latent_gps=num_latent)
-    likelihood = gpflow.likelihoods.Gaussian(NOISE)
-    for relaxation in ("beta", "optimal"):
-        plain = TightSVGP(plain_kernel, likelihood, plain_sets, relaxation=relaxation, **common)
-        fallback = TightSVGP(kernel_, likelihood, fallback_sets, relaxation=relaxation, **common)
-        np.testing.assert_allclose(
-            fallback.elbo((X, Y)).numpy(), plain.elbo((X, Y)).numpy(), rtol=1e-12
-        )
-
-
 @pytest.mark.parametrize(
     "likelihood, Y_maker, num_latent",
     [
