@@ -90,7 +90,7 @@ def unswapped(gpflow_tests):
 @pytest.mark.parametrize("swap", sorted(SWAPS))
 def test_gpflow_tests_pass_with_the_drop_ins(swap, gpflow_tests, unswapped):
     files = runner.files_for(swap, gpflow_tests)
-    swapped = runner.run(gpflow_tests, swap, files, WORKERS)
+    swapped = runner.with_gpflow_names(runner.run(gpflow_tests, swap, files, WORKERS), swap)
     assert set(swapped) == {t for t in unswapped if t.split("::")[0] in files}
     broken = runner.broken_by(swapped, unswapped)
     unexplained = {

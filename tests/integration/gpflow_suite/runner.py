@@ -129,6 +129,29 @@ def run(root: Path, swap: str | None, tests: list[str], workers: int = 0) -> Out
         return outcomes
 
 
+def with_gpflow_names(outcomes: Outcomes, swap: str) -> Outcomes:
+    """
+    ``outcomes`` of a swapped run under the unswapped run's node ids: a test parametrised by
+    model classes has the drop-in's name in its id (``test_x[TightSGPR]``), GPflow's here.
+    """
+    import gpflow_tight
+
+    renames = sorted(
+        ((cls.__name__, name) for name, cls in _swaps()[swap](gpflow_tight).items()),
+        key=lambda pair: -len(pair[0]),
+    )
+
+    def rename(test: str) -> str:
+        if "[" not in test:
+            return test
+        function, parameters = test.split("[", 1)
+        for ours, theirs in renames:
+            parameters = parameters.replace(ours, theirs)
+        return f"{function}[{parameters}"
+
+    return {rename(test): record for test, record in outcomes.items()}
+
+
 def broken_by(swapped: Outcomes, unswapped: Outcomes) -> Outcomes:
     """The tests that fail with the swap and pass without it."""
     return {
@@ -144,7 +167,7 @@ def main() -> None:  # pragma: no cover - writes the report
     unswapped = run(root, None, FILES, workers=2)
     rows = {"GPflow's classes": unswapped}
     for swap in _swaps():
-        rows[swap] = run(root, swap, files_for(swap, root), workers=2)
+        rows[swap] = with_gpflow_names(run(root, swap, files_for(swap, root), workers=2), swap)
     report = {
         "gpflow": gpflow.__version__,
         "outcomes": rows,
