@@ -86,7 +86,6 @@ def unswapped(gpflow_tests):
     return outcomes
 
 
-@pytest.mark.xdist_group("gpflow_suite")  # one worker runs the unswapped suite once
 @pytest.mark.parametrize("swap", sorted(SWAPS))
 def test_gpflow_tests_pass_with_the_drop_ins(swap, gpflow_tests, unswapped):
     files = runner.files_for(swap, gpflow_tests)
