@@ -24,6 +24,7 @@ from .models import *  # noqa: F403  (every model class, listed in models.__all_
 from .models import __all__ as _models
 from .orthogonal import OrthogonalInducingVariables
 from .tilted import exact_probit
+from .training import TrainingError
 from .validation import CholeskyError
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __all__ = [
     "ExactProbit",
     "exact_probit",
     "CholeskyError",
+    "TrainingError",
     "covariances",
     "inducing_variables",
     "keras",

@@ -3,12 +3,18 @@ Training helpers used by the demo, the benchmarks and the notebooks: L-BFGS thro
 ``gpflow.optimizers.Scipy`` for collapsed models, Adam under ``tf.function`` with ``tf.data``
 minibatches for any model, and Power-EP site sweeps alternated with Adam steps for
 :class:`~gpflow_tight.PowerEPSGP` with site inference. All show a tqdm progress bar
-(``progress=False`` switches it off). :func:`fit_scipy` returns scipy's ``OptimizeResult`` (check
-``result.success``; the loss history is ``result.history``), :func:`fit_adam` the loss history,
-and the Power-EP helpers a :class:`PowerEPTrace`.
+(``progress=False`` switches it off) and call ``step_callback(step, loss)`` after each step.
+:func:`fit_scipy` returns scipy's ``OptimizeResult`` (check ``result.success``; the loss history
+is ``result.history``), :func:`fit_adam` the loss history, and the Power-EP helpers a
+:class:`PowerEPTrace`.
+
+A fault loses nothing: when a step fails (a factorisation that fails at an accepted point, a loss
+or gradient that is NaN or infinite, a minibatch with NaN), the helper puts the model back to
+the last parameters whose loss was finite and raises a :class:`TrainingError` that says which
+step failed and why, and holds the history up to that point.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,12 +26,162 @@ from gpflow.keras import tf_keras
 from gpflow.models import ExternalDataTrainingLossMixin
 from tqdm.auto import tqdm
 
-from .validation import cholesky_checks, explain_cholesky_failure
+from .validation import as_cholesky_error, cholesky_checks
 
 if TYPE_CHECKING:
     from .models import PowerEPSGP
 
-__all__ = ["fit_scipy", "fit_adam", "minibatches", "run_power_ep", "fit_power_ep", "PowerEPTrace"]
+__all__ = [
+    "fit_scipy",
+    "fit_adam",
+    "minibatches",
+    "run_power_ep",
+    "fit_power_ep",
+    "PowerEPTrace",
+    "TrainingError",
+]
+
+StepCallback = Callable[[int, float], None]
+_NOT_FINITE = "gpflow_tight: the loss or its gradient is NaN or infinite"
+
+
+class TrainingError(RuntimeError):
+    """
+    A training helper stopped at a fault. The model holds the parameters (and, for Power EP, the
+    sites) of the last step whose loss was finite, or its starting point if the first step
+    failed.
+
+    :ivar step: the step (iteration) that failed, counted from 1.
+    :ivar history: the losses of the steps before it (for the Power-EP helpers, the
+        :class:`PowerEPTrace`); ``history[-1]`` is the loss at the restored parameters.
+    :ivar result: scipy's ``OptimizeResult`` for :func:`fit_scipy` when scipy returned one,
+        otherwise ``None``.
+    """
+
+    def __init__(self, message: str, step: int, history: Any, result: Any = None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.history = history
+        self.result = result
+
+
+def _reason(error: BaseException | None) -> str:
+    """Why a step failed, with what to do about it."""
+    if error is None or _NOT_FINITE in str(error):
+        return (
+            "the loss or its gradient is NaN or infinite there: the optimiser diverged (lower "
+            "the learning rate) or the data hold NaN or inf values."
+        )
+    cholesky = as_cholesky_error(error) if isinstance(error, tf.errors.OpError) else None
+    if cholesky is not None:
+        return cholesky.message
+    if not isinstance(error, tf.errors.OpError):
+        return str(error)
+    # the check's own message, without TensorFlow's "Graph execution error" frame and trace
+    lines = [
+        line.split(" : Tensor had")[0]
+        for line in error.message.splitlines()
+        if line.strip()
+        and not line.startswith(("Graph execution error", "Detected at node", "  File ", "\t"))
+    ]
+    return " ".join(lines) if lines else error.message
+
+
+def _fault(
+    name: str, step: int, error: BaseException | None, history: Any, result: Any = None
+) -> TrainingError:
+    kept = (
+        "its starting point"
+        if step == 1
+        else f"the parameters of the last finite loss (step {step - 1}'s, `error.history[-1]`)"
+    )
+    fault = TrainingError(
+        f"{name} stopped at step {step}: {_reason(error)} The model holds {kept}; the losses so "
+        "far are in `error.history`.",
+        step,
+        history,
+        result,
+    )
+    return fault
+
+
+def _cause(error: BaseException | None) -> BaseException | None:
+    """What a :class:`TrainingError` is raised from: the package's CholeskyError if it is one."""
+    if isinstance(error, tf.errors.OpError):
+        return as_cholesky_error(error) or error
+    return error
+
+
+class _StepFaultError(Exception):
+    """Raised inside scipy's callback to end a run at a fault (``error``: TensorFlow's, or None)."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        super().__init__()
+        self.error = error
+
+
+class _LastGood:
+    """
+    Copies of ``variables`` (on their devices) at the last point whose loss was finite, saved
+    inside the compiled step, so that a fault can put the model back without a host round trip
+    per step.
+    """
+
+    def __init__(self, variables: Sequence[tf.Variable]) -> None:
+        self.variables = tuple(variables)
+        self.copies = tuple(
+            tf.Variable(v, trainable=False, shape=v.shape, name="last_good") for v in self.variables
+        )
+
+    def save(self) -> list[Any]:
+        return [copy.assign(v) for copy, v in zip(self.copies, self.variables)]
+
+    def restore(self) -> None:
+        for copy, v in zip(self.copies, self.variables):
+            v.assign(copy)
+
+
+def _assert_finite(loss: tf.Tensor, gradients: Sequence[Any]) -> tf.Operation:
+    """A graph assertion that the loss and every gradient are finite (no host round trip)."""
+    values = [loss] + [
+        g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients if g is not None
+    ]
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in values])
+    return tf.debugging.Assert(finite, [_NOT_FINITE])
+
+
+def _checked_step(
+    loss_fn: Callable[[], tf.Tensor],
+    optimizer: Any,
+    variables: Sequence[tf.Variable],
+    last_good: _LastGood,
+) -> tf.Tensor:
+    """
+    One optimiser step on ``loss_fn`` that changes nothing unless the loss and its gradients are
+    finite (factorisations checked), saving the point of the finite loss in ``last_good``.
+    """
+    with tf.GradientTape() as tape, cholesky_checks(True):
+        loss = loss_fn()
+    gradients = tape.gradient(loss, variables)
+    with tf.control_dependencies([_assert_finite(loss, gradients)]):
+        saved = last_good.save()
+    with tf.control_dependencies(saved):
+        optimizer.apply_gradients(zip(gradients, variables))
+    return loss
+
+
+def _training_loss(model: gpflow.models.BayesianModel, data: Any, helper: str) -> Any:
+    """The model's loss closure on ``data``, refusing data that the model would ignore."""
+    if isinstance(model, ExternalDataTrainingLossMixin):
+        if data is None:
+            raise ValueError(f"{type(model).__name__} takes its data in the loss: pass `data`.")
+        return model.training_loss_closure(data, compile=False)
+    if data is not None:
+        raise ValueError(
+            f"{type(model).__name__} holds its training data (given at construction), so "
+            f"`{helper}` cannot use `data`: drop the argument, or build the model on the new data."
+        )
+    return model.training_loss
 
 
 def fit_scipy(
@@ -33,15 +189,23 @@ def fit_scipy(
     data: Any = None,
     maxiter: int = 1000,
     progress: bool = True,
+    step_callback: StepCallback | None = None,
     **scipy_kwargs: Any,
 ) -> scipy.optimize.OptimizeResult:
     """
     Minimise ``model.training_loss`` with L-BFGS-B (``gpflow.optimizers.Scipy``), leaving the
     model at the optimiser's final point.
 
+    Where a factorisation fails at a trial point of the line search, the loss is NaN and the line
+    search backs off, as with GPflow's models. If the run nevertheless ends at, or accepts, a
+    point whose loss is not finite, the model is put back to the last accepted iterate with a
+    finite loss and a :class:`TrainingError` is raised (its ``result`` is scipy's result).
+
     :param data: the full training data for models that take it (e.g. SVGP); ``None`` for
-        models that hold their data (SGPR, TightSGPR).
+        models that hold their data (SGPR, TightSGPR), which refuse it.
     :param maxiter: the most L-BFGS-B iterations.
+    :param step_callback: called as ``step_callback(iteration, loss)`` after each iteration
+        (counted from 1), with the model at that iteration's point.
     :param scipy_kwargs: passed on to ``scipy.optimize.minimize`` (e.g. ``tol``, ``method``).
     :return: scipy's ``OptimizeResult``, so that convergence is visible: ``result.success``
         (``False`` when, for example, ``maxiter`` stopped the run), ``result.message``,
@@ -50,19 +214,29 @@ def fit_scipy(
         iteration's point: ``len(result.history) == result.nit`` for L-BFGS-B, and
         ``result.history[-1]`` is ``result.fun`` (up to round-off) when ``nit > 0``.
     """
-    loss: Callable[[], tf.Tensor]
-    if isinstance(model, ExternalDataTrainingLossMixin):
-        if data is None:
-            raise ValueError(f"{type(model).__name__} takes its data in the loss: pass `data`.")
-        loss = model.training_loss_closure(data)
-    else:
-        loss = model.training_loss
+    name = "fit_scipy"
+    loss = _training_loss(model, data, name)
+    variables = model.trainable_variables
     history: list[float] = []
+    last_good = [v.numpy() for v in variables]
 
     @tf.function  # one extra loss evaluation per iteration, at an accepted point
     def compiled_loss() -> tf.Tensor:
         with cholesky_checks(True):
             return loss()
+
+    def checked_loss() -> float:
+        try:
+            value = float(compiled_loss().numpy())
+        except tf.errors.InvalidArgumentError as error:
+            raise _StepFaultError(error) from error
+        if not np.isfinite(value):
+            raise _StepFaultError(None)
+        return value
+
+    def restore() -> None:
+        for variable, value in zip(variables, last_good):
+            variable.assign(value)
 
     with tqdm(total=maxiter, desc=type(model).__name__, disable=not progress) as bar:
 
@@ -70,25 +244,36 @@ def fit_scipy(
             # the loss at this iteration's point, which need not be the last point evaluated
             for variable, value in zip(variables, values):
                 variable.assign(value)
-            history.append(float(compiled_loss().numpy()))
+            history.append(checked_loss())
+            last_good[:] = [np.array(value) for value in values]
             bar.set_postfix(loss=f"{history[-1]:.4g}", refresh=False)
             bar.update(1)
+            if step_callback is not None:
+                step_callback(step + 1, history[-1])
 
-        with explain_cholesky_failure():
-            # the loss is NaN where a factorisation fails, and the line search backs off
+        try:
             result = gpflow.optimizers.Scipy().minimize(
                 loss,
-                model.trainable_variables,
+                variables,
                 options=dict(maxiter=maxiter),
                 step_callback=record,
                 **scipy_kwargs,
             )
-            if not np.isfinite(result.fun):  # stopped where the loss is not finite: say why
-                compiled_loss()
+        except _StepFaultError as fault:
+            restore()
+            raise _fault(name, len(history) + 1, fault.error, history) from _cause(fault.error)
+        result.history = history
+        if not np.isfinite(result.fun):  # stopped where the loss is not finite: say why
+            try:
+                checked_loss()
+                error: BaseException | None = None
+            except _StepFaultError as fault:
+                error = fault.error
+            restore()
+            raise _fault(name, len(history) + 1, error, history, result) from _cause(error)
         bar.set_postfix_str(
             f"loss={result.fun:.4g}, {'converged' if result.success else 'NOT converged'}"
         )
-    result.history = history
     return result
 
 
@@ -138,36 +323,58 @@ def fit_adam(
     learning_rate: float = 0.01,
     progress: bool = True,
     seed: int = 0,
+    step_callback: StepCallback | None = None,
 ) -> list[float]:
     """
     Minimise ``model.training_loss`` with ``gpflow.keras.tf_keras.optimizers.Adam`` under
     ``tf.function``.
 
+    A step whose loss or gradient is not finite (a failed factorisation, a minibatch with NaN, a
+    diverging step) changes nothing; the helper then puts the model back to the parameters of the
+    last finite loss (those at which ``history[-1]`` was computed) and raises a
+    :class:`TrainingError` that holds the history.
+
     :param data: the training data for models that take it in the loss; ``None`` for models
-        that hold their data.
-    :param batch_size: minibatch size (``None``: the full data in every step).
-    :return: the loss after each step (a minibatch estimate when minibatching).
+        that hold their data, which refuse it.
+    :param batch_size: minibatch size (``None``: the full data in every step); only for models
+        that take their data in the loss.
+    :param step_callback: called as ``step_callback(step, loss)`` after each step (counted from
+        1), with the loss of that step.
+    :return: the loss of each step, at the parameters before its update (a minibatch estimate
+        when minibatching).
     """
+    name = "fit_adam"
+    external = isinstance(model, ExternalDataTrainingLossMixin)
+    if batch_size is not None and not external:
+        raise ValueError(
+            f"{type(model).__name__} holds its training data and uses all of it in every step, "
+            "so `fit_adam` cannot use `batch_size`: drop it (or use a model that takes "
+            "minibatches, such as TightSVGP)."
+        )
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size}.")
+    _training_loss(model, data, name)  # refuses what the model cannot use
     optimizer = tf_keras.optimizers.Adam(learning_rate)
     variables = model.trainable_variables
-    external = isinstance(model, ExternalDataTrainingLossMixin)
-    if external and data is None:
-        raise ValueError(f"{type(model).__name__} takes its data in the loss: pass `data`.")
+    last_good = _LastGood(variables)
 
     @tf.function
     def step(batch: Any) -> tf.Tensor:
-        with tf.GradientTape() as tape, cholesky_checks(True):  # a failed step changes nothing
-            loss = model.training_loss(batch) if external else model.training_loss()
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
+        loss = (lambda: model.training_loss(batch)) if external else model.training_loss
+        return _checked_step(loss, optimizer, variables, last_good)
 
     if external:
         assert data is not None
         batches = iter(minibatches(data, batch_size or len(data[0]), seed=seed))
     history: list[float] = []
-    with explain_cholesky_failure():
-        for _ in tqdm(range(iterations), desc=type(model).__name__, disable=not progress):
+    for number in tqdm(range(1, iterations + 1), desc=type(model).__name__, disable=not progress):
+        try:
             history.append(float(step(next(batches) if external else None)))
+        except tf.errors.InvalidArgumentError as error:
+            last_good.restore()
+            raise _fault(name, number, error, history) from _cause(error)
+        if step_callback is not None:
+            step_callback(number, history[-1])
     return history
 
 
@@ -219,17 +426,28 @@ def run_power_ep(
     """
     Power-EP sweeps over all data with the hyperparameters fixed, until no site changes by more
     than ``tolerance`` (relative) or ``max_sweeps`` is reached; check ``trace.converged()``.
+    A sweep that fails (or makes a site non-finite) leaves the sites of the sweep before it and
+    raises a :class:`TrainingError` that holds the trace.
     """
     sweep = _compiled_sweep(model, damping, update)
     trace = PowerEPTrace()
-    with explain_cholesky_failure():
-        for _ in tqdm(range(max_sweeps), desc="Power EP", disable=not progress):
+    last_good = _LastGood(model.variables)
+    for number in tqdm(range(1, max_sweeps + 1), desc="Power EP", disable=not progress):
+        try:
             change, skipped = sweep(None)
-            trace.max_change.append(float(change))
-            trace.num_skipped.append(int(skipped))
-            if trace.max_change[-1] < tolerance:
-                break
-        trace.loss.append(-float(model.log_marginal_likelihood()))
+            error = None
+        except tf.errors.InvalidArgumentError as failure:
+            error = failure
+            change = np.nan
+        if not np.isfinite(float(change)):
+            last_good.restore()
+            raise _fault("run_power_ep", number, error, trace) from _cause(error)
+        last_good.save()
+        trace.max_change.append(float(change))
+        trace.num_skipped.append(int(skipped))
+        if trace.max_change[-1] < tolerance:
+            break
+    trace.loss.append(-float(model.log_marginal_likelihood()))
     return trace
 
 
@@ -243,6 +461,7 @@ def fit_power_ep(
     update: str = "full",
     progress: bool = True,
     seed: int = 0,
+    step_callback: StepCallback | None = None,
 ) -> PowerEPTrace:
     """
     Train a :class:`~gpflow_tight.PowerEPSGP` with site inference as Bui et al. (2017, §3.9,
@@ -251,6 +470,13 @@ def fit_power_ep(
     energy of that minibatch with the sites held fixed, without waiting for the sites to
     converge. Run :func:`run_power_ep` afterwards to converge the sites at the final
     hyperparameters.
+
+    An iteration whose sweep or Adam step fails (or gives a non-finite loss, site or gradient)
+    puts the model (sites and hyperparameters) back to the state of the last finite loss and
+    raises a :class:`TrainingError` that holds the trace.
+
+    :param step_callback: called as ``step_callback(iteration, loss)`` after each iteration
+        (counted from 1).
     """
     if sweeps_per_iteration < 1:
         raise ValueError(f"`sweeps_per_iteration` must be at least 1, got {sweeps_per_iteration}.")
@@ -259,22 +485,29 @@ def fit_power_ep(
     sweep = _compiled_sweep(model, damping, update)
     optimizer = tf_keras.optimizers.Adam(learning_rate)
     variables = model.trainable_variables
+    last_good = _LastGood(model.variables)  # the sites too
 
+    @tf.function
     def step(indices: tf.Tensor | None) -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = -model.log_marginal_likelihood(indices) - model.log_prior_density()
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
+        def loss() -> tf.Tensor:
+            return -model.log_marginal_likelihood(indices) - model.log_prior_density()
 
-    compiled_step = tf.function(step)
+        return _checked_step(loss, optimizer, variables, last_good)
+
     batches = _site_batches(model.num_data, batch_size, seed)
     trace = PowerEPTrace()
-    with explain_cholesky_failure():
-        for _ in tqdm(range(iterations), desc=type(model).__name__, disable=not progress):
-            indices = next(batches)
+    for number in tqdm(range(1, iterations + 1), desc=type(model).__name__, disable=not progress):
+        indices = next(batches)
+        try:
             for _ in range(sweeps_per_iteration):
                 change, skipped = sweep(indices)
-            trace.max_change.append(float(change))
-            trace.num_skipped.append(int(skipped))
-            trace.loss.append(float(compiled_step(indices)))
+            loss = float(step(indices))
+        except tf.errors.InvalidArgumentError as error:
+            last_good.restore()
+            raise _fault("fit_power_ep", number, error, trace) from _cause(error)
+        trace.max_change.append(float(change))
+        trace.num_skipped.append(int(skipped))
+        trace.loss.append(loss)
+        if step_callback is not None:
+            step_callback(number, loss)
     return trace

@@ -22,6 +22,7 @@ __all__ = [
     "cholesky_checks",
     "training_objective",
     "explain_cholesky_failure",
+    "as_cholesky_error",
 ]
 
 KUU = "K_uu (the covariance of the inducing variables)"
@@ -121,13 +122,26 @@ def explain_cholesky_failure(what: str = KUU) -> Iterator[None]:
     try:
         yield
     except tf.errors.InvalidArgumentError as error:
-        message = str(error)
-        if "cholesky" not in message.lower():
+        advice = as_cholesky_error(error, what)
+        if advice is None:
             raise
-        if _ADVICE_START in message:  # a named check already said which matrix failed
-            advice = message[message.index(_ADVICE_START) :].split(" : Tensor had")[0]
-            raise CholeskyError(advice, error) from error
-        raise CholeskyError(_CHOLESKY_ADVICE.format(what=what), error) from error
+        raise advice from error
+
+
+def as_cholesky_error(error: tf.errors.OpError, what: str = KUU) -> CholeskyError | None:
+    """
+    The :class:`CholeskyError` with advice for a TensorFlow error raised by a failed Cholesky
+    factorisation (or by a named check of a factor), ``None`` for any other error.
+    """
+    if isinstance(error, CholeskyError):
+        return error
+    message = str(error)
+    if "cholesky" not in message.lower():
+        return None
+    if _ADVICE_START in message:  # a named check already said which matrix failed
+        advice = message[message.index(_ADVICE_START) :].split(" : Tensor had")[0]
+        return CholeskyError(advice, error)
+    return CholeskyError(_CHOLESKY_ADVICE.format(what=what), error)
 
 
 def _as_2d_array(value: Any, name: str) -> np.ndarray:
@@ -227,3 +241,11 @@ class ConstructorOnly:
                 "`gpflow.utilities.multiple_assign(new, gpflow.utilities.parameter_dict(old))`."
             )
         super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._constructor_only:
+            raise AttributeError(
+                f"`{name}` of {type(self).__name__} is fixed at construction and cannot be "
+                "deleted: build a new model with the setting you need instead."
+            )
+        super().__delattr__(name)

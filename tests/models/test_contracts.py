@@ -170,6 +170,8 @@ def test_settings_that_shape_the_graph_are_constructor_only(rng, build, attribut
     before = model.training_loss() if isinstance(model, gpflow.models.SGPR) else None
     with pytest.raises(AttributeError, match="fixed at construction"):
         setattr(model, attribute, value)
+    with pytest.raises(AttributeError, match="fixed at construction"):
+        delattr(model, attribute)  # and set anew
     if before is not None:
         assert model.training_loss().numpy() == before.numpy()
 
