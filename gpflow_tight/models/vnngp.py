@@ -68,7 +68,9 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
     ``num_neighbors``, ``num_neighbors_predict``, ``inducing_batch_size``,
     ``prediction_batch_size``, ``num_data`` and ``ordering`` are fixed at construction:
     compiled functions would keep the values they were traced with, so assigning them raises
-    an ``AttributeError``; build a new model instead.
+    an ``AttributeError`` (and the ``ordering`` array is read-only); build a new model instead.
+    GPflow's ``print_summary``, ``freeze``, ``deepcopy``, ``set_trainable`` and
+    ``parameter_dict``/``multiple_assign`` work as for ``SVGP``.
 
     :param inducing_variable: inducing inputs [M, D] (an array or ``InducingPoints``); they are
         not trained by default (``trainable=False``), as in the paper.
@@ -132,16 +134,18 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
         )
 
         if ordering == "random":
-            self.ordering = np.random.default_rng(seed).permutation(num_inducing)
+            order = np.random.default_rng(seed).permutation(num_inducing)
         elif ordering == "given":
-            self.ordering = np.arange(num_inducing)
+            order = np.arange(num_inducing)
         else:
             raise ValueError(f"`ordering` must be 'random' or 'given', got {ordering!r}.")
-        self._prior_neighbors = tf.Variable(
-            tf.zeros([num_inducing, self.num_neighbors], tf.int64), trainable=False
-        )
-        self._prior_mask = tf.Variable(
-            tf.zeros([num_inducing, self.num_neighbors], tf.bool), trainable=False
+        order.setflags(write=False)  # fixed at construction, also in place
+        self.ordering = order
+        # One int64 table, padded with -1 (no boolean mask variable: GPflow's print_summary
+        # rounds every variable's value, which numpy refuses for booleans).
+        self._prior_table = tf.Variable(
+            tf.fill([num_inducing, self.num_neighbors], tf.constant(-1, tf.int64)),
+            trainable=False,
         )
         self.update_neighbors()
         self._sampler = tf.random.Generator.from_seed(seed)
@@ -164,15 +168,18 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
 
     def update_neighbors(self) -> None:
         """Recompute the prior neighbour table :math:`n(j)` from the current inducing inputs."""
+        if not isinstance(self._prior_table, tf.Variable):
+            raise TypeError(
+                "update_neighbors() needs a model whose neighbour table is a variable; this "
+                "one is a constant (a model from `gpflow.utilities.freeze`, whose inducing "
+                "inputs cannot move either). Call it on the original model and freeze that again."
+            )
         Z = self.inducing_variable.Z.numpy()
         _check_inducing_inputs(Z)
         index, mask = sequential_nearest_neighbors(Z[self.ordering], self.num_neighbors)
-        rows = np.empty_like(index)
-        rows[self.ordering] = self.ordering[index]  # back from positions to rows of Z
-        masks = np.empty_like(mask)
-        masks[self.ordering] = mask
-        self._prior_neighbors.assign(rows)
-        self._prior_mask.assign(masks)
+        table = np.empty_like(index)
+        table[self.ordering] = np.where(mask, self.ordering[index], -1)  # positions to rows of Z
+        self._prior_table.assign(table)
 
     def neighbors(self, X: np.ndarray, k: int | None = None) -> np.ndarray:
         """
@@ -208,9 +215,11 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
         residual = tf.gather(self.q_mu, flat) - self.mean_function(
             tf.gather(self.inducing_variable.Z, flat)
         )
-        transform = self.q_sqrt.transform
-        assert transform is not None  # positive(), set in __init__
-        std = transform.forward(tf.gather(self.q_sqrt.unconstrained_variable, flat))
+        q_sqrt = self.q_sqrt
+        if isinstance(q_sqrt, Parameter) and q_sqrt.transform is not None:
+            std = q_sqrt.transform.forward(tf.gather(q_sqrt.unconstrained_variable, flat))
+        else:  # a constant (`gpflow.utilities.freeze`) or a parameter without a transform
+            std = tf.gather(tf.convert_to_tensor(q_sqrt), flat)
         shape = tf.concat([tf.shape(indices), [-1]], axis=0)
         return tf.reshape(residual, shape), tf.reshape(tf.square(std), shape)
 
@@ -244,8 +253,9 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
         summed over latent GPs.
         """
         Z = self.inducing_variable.Z
-        neighbors = tf.gather(self._prior_neighbors, indices)
-        mask = tf.gather(self._prior_mask, indices)
+        table = tf.gather(self._prior_table, indices)
+        mask = table >= 0  # rows with fewer than K predecessors are padded with -1
+        neighbors = tf.where(mask, table, tf.zeros_like(table))
         b, F = VNNGPPosterior.conditional_on_neighbors(
             self.kernel, Z, tf.gather(Z, indices), neighbors, mask
         )

@@ -22,6 +22,7 @@ P12 neighbours: (a) n(j) holds the min(K, j - 1) nearest earlier points, (b) as 
     finds them, (c) a test point's are its K nearest in Z, (d) every search agrees, up to ties.
 """
 
+import copy
 import subprocess
 import sys
 
@@ -120,7 +121,8 @@ def test_prior_neighbors_match_brute_force(rng, ordering):
     Z = rng.standard_normal((70, 3))
     model = model_for(Z, np.zeros((70, 1)), np.ones((70, 1)), 6, ordering=ordering, seed=3)
     reference = brute_force_prior_neighbors(Z, model.ordering, 6)
-    table, mask = model._prior_neighbors.numpy(), model._prior_mask.numpy()
+    table = model._prior_table.numpy()
+    mask = table >= 0
     for j, expected in enumerate(reference):
         np.testing.assert_array_equal(table[j][mask[j]], expected)
 
@@ -143,7 +145,8 @@ def test_test_point_neighbors_and_update_after_moving_z(rng):
     model.inducing_variable.Z.assign(moved)
     model.update_neighbors()
     reference = brute_force_prior_neighbors(moved, model.ordering, 4)
-    table, mask = model._prior_neighbors.numpy(), model._prior_mask.numpy()
+    table = model._prior_table.numpy()
+    mask = table >= 0
     for j, want in enumerate(reference):
         np.testing.assert_array_equal(table[j][mask[j]], want)
 
@@ -483,6 +486,49 @@ def test_settings_read_when_tracing_are_fixed_at_construction(rng, name):
     for setting in ("num_neighbors", "prediction_batch_size"):
         with pytest.raises(AttributeError):
             setattr(posterior, setting, 1)
+
+
+def test_num_neighbors_cannot_change_after_construction_on_copies_either(rng):
+    """A refused assignment leaves the model as it was; copies keep the guard; the ordering
+    cannot be changed in place."""
+    _, _, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 3)
+    kl = model.prior_kl().numpy()
+    for target in (model, copy.deepcopy(model), gpflow.utilities.freeze(model)):
+        with pytest.raises(AttributeError, match="`num_neighbors` of VNNGP is fixed"):
+            target.num_neighbors = 5
+        assert target.num_neighbors == 3
+        assert target._prior_table.shape == (12, 3)
+        np.testing.assert_array_equal(target.prior_kl().numpy(), kl)
+    with pytest.raises(ValueError, match="read-only"):
+        model.ordering[:2] = model.ordering[1::-1]
+
+
+def test_frozen_model_is_the_model_with_constants(rng):
+    """
+    ``gpflow.utilities.freeze`` turns ``q_sqrt`` into its constrained values and the neighbour
+    table into a constant: the ELBO (sampled KL included) is unchanged, and ``update_neighbors``
+    explains that a frozen model's table cannot move. An untransformed ``q_sqrt`` parameter
+    holding the same values gives the same ELBO too.
+    """
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 3, num_data=30, inducing_batch_size=5)
+    data = model.training_data(X, Y)
+    indices = tf.constant([0, 4, 4, 11], tf.int64)
+    expected = model.elbo(data, inducing_indices=indices).numpy()
+    frozen = gpflow.utilities.freeze(model)
+    assert not isinstance(frozen.q_sqrt, tf.Variable)
+    assert frozen.trainable_variables == ()
+    np.testing.assert_array_equal(frozen.elbo(data, inducing_indices=indices).numpy(), expected)
+    # the sampler is copied in its current state: both draw the same inducing batch next
+    np.testing.assert_array_equal(frozen.elbo(data).numpy(), model.elbo(data).numpy())
+    with pytest.raises(TypeError, match="freeze"):
+        frozen.update_neighbors()
+
+    model.q_sqrt = gpflow.Parameter(model.q_sqrt.numpy(), transform=None)
+    np.testing.assert_allclose(
+        model.elbo(data, inducing_indices=indices).numpy(), expected, rtol=1e-14
+    )
 
 
 # --- the posterior object (GPflow's posterior contract) -------------------------------------
