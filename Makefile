@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: demo test test-gpflow lint format bench docs clean
+.PHONY: demo test test-gpflow test-docs lint format bench docs clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -38,6 +38,11 @@ test: lint
 # GPflow's own tests with each drop-in swapped in (they run on both cores in subprocesses)
 test-gpflow: $(VENV)/.installed-test
 	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_gpflow_suite.py
+
+# the site works offline: built without the notebooks, its maths checked in headless Chromium
+# (`make test` runs this test too; it needs /usr/bin/chromium: `apt-get install -y chromium`)
+test-docs: $(VENV)/.installed-test
+	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_docs_offline.py
 
 # the site, with the notebooks executed (cached: rerun only when they change)
 docs: $(VENV)/.installed-test

@@ -8,12 +8,20 @@ notebooks ``notebooks/*.pct.py`` (Jupytext percent format, executed by myst-nb a
 their outputs) and the committed benchmark reports ``benchmarks/README.md`` and
 ``benchmarks/results/*.md``. The API reference (``docs/api.rst``) is autodoc over the docstrings.
 
+MathJax is served with the site, never from a CDN, so that the equations render offline: the
+``docs`` extra installs ``django-static-mathjax`` (MathJax 3.2.2's browser components as package
+data; Django itself is not needed), and ``copy_mathjax`` copies the TeX-to-CommonHTML component,
+with the extensions, fonts and menu it loads on demand, into the site's ``_static/mathjax``.
+``tests/integration/test_docs_offline.py`` opens a page in headless Chromium and checks it.
+
 Environment switches: ``GPFLOW_TIGHT_DOCS_EXECUTE`` is myst-nb's execution mode (``cache`` by
 default, so that notebooks rerun only when they change; ``force`` or ``off``); ``GPFLOW_CI=1``
 runs the notebooks on their short test settings.
 """
 
+import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow here and in the kernels
@@ -72,4 +80,45 @@ bibtex_reference_style = "author_year"
 
 html_theme = "furo"
 html_title = f"gpflow-tight {release}"
+html_static_path = ["_static"]
+html_css_files = ["math.css"]
 html_extra_path = ["_static_root"]  # index.html at the site root, pointing to docs/index
+
+# MathJax served with the site (see the module docstring): the component the pages load, and the
+# directories it loads from on demand: TeX extensions (input/), fonts and the menu's SVG renderer
+# (output/), the menu (ui/), accessibility and speech (a11y/, sre/).
+MATHJAX_COMPONENT = "tex-chtml.js"
+MATHJAX_ON_DEMAND = ["input", "output", "ui", "a11y", "sre"]
+mathjax_path = f"mathjax/{MATHJAX_COMPONENT}"  # relative, so under the site's _static/
+
+
+def mathjax_package() -> Path:
+    """The installed MathJax distribution (``LICENSE``, ``es5/`` with the browser components)."""
+    spec = importlib.util.find_spec("mathjax")
+    package = Path(spec.origin).parent / "static" / "mathjax" if spec and spec.origin else None
+    if package is None or not (package / "es5" / MATHJAX_COMPONENT).is_file():
+        raise RuntimeError(
+            f"MathJax's es5/{MATHJAX_COMPONENT} not found ({package or 'no mathjax package'}), "
+            "so the site could not show its equations offline: install the docs dependencies "
+            "with `pip install -e '.[docs]'` (they include django-static-mathjax 3.x)"
+        )
+    return package
+
+
+MATHJAX = mathjax_package()
+
+
+def copy_mathjax(app, exception) -> None:
+    """``build-finished`` handler: copy MathJax into the built site's ``_static/mathjax``."""
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir) / "_static" / "mathjax"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(MATHJAX / "LICENSE", target / "LICENSE")
+    shutil.copy2(MATHJAX / "es5" / MATHJAX_COMPONENT, target / MATHJAX_COMPONENT)
+    for directory in MATHJAX_ON_DEMAND:
+        shutil.copytree(MATHJAX / "es5" / directory, target / directory, dirs_exist_ok=True)
+
+
+def setup(app) -> None:
+    app.connect("build-finished", copy_mathjax)
