@@ -95,7 +95,7 @@ def run(key, args):
     import gpflow
     import tensorflow as tf
 
-    from gpflow_tight import CholeskyError, ExactProbit, PowerEPSGP
+    from gpflow_tight import CholeskyError, ExactProbit, PowerEPSGP, TrainingError
     from gpflow_tight.training import fit_adam, fit_power_ep, run_power_ep
 
     X, Y, X_test, Y_test, Z, size = load(key["dataset"], key["split"], key["seed"], key["M"])
@@ -150,7 +150,12 @@ def run(key, args):
             out.update(train_seconds=time.perf_counter() - start, attempts=attempt, data=size,
                        learning_rate=lr, failures=failures)  # fmt: skip
             break
-        except (CholeskyError, tf.errors.InvalidArgumentError, FloatingPointError) as error:
+        except (
+            CholeskyError,
+            TrainingError,
+            tf.errors.InvalidArgumentError,
+            FloatingPointError,
+        ) as error:
             failures.append(f"lr {lr:g}: {type(error).__name__}: {str(error)[:160]}")
             lr /= 2
     else:

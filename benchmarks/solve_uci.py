@@ -54,7 +54,7 @@ def run(key, args):
     from gpflow.keras import tf_keras
     from scipy.cluster.vq import kmeans2
 
-    from gpflow_tight import SOLVEGP, CholeskyError, TightSOLVEGP, TightSVGP
+    from gpflow_tight import SOLVEGP, CholeskyError, TightSOLVEGP, TightSVGP, TrainingError
     from gpflow_tight.datasets import load_uci_wilson
 
     data = load_uci_wilson(key["dataset"], key["split"], standardize=True)
@@ -110,7 +110,12 @@ def run(key, args):
         chunks = [(X[i : i + 4096], Y[i : i + 4096]) for i in range(0, N, 4096)]
         total = sum((float(model.elbo(c)) + kl) * len(c[0]) / N for c in chunks) - kl
         out["elbo_per_point"] = total / N
-    except (CholeskyError, FloatingPointError, tf.errors.InvalidArgumentError) as error:
+    except (
+        CholeskyError,
+        TrainingError,
+        FloatingPointError,
+        tf.errors.InvalidArgumentError,
+    ) as error:
         out["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
     out["noise"] = float(model.likelihood.variance.numpy())
     out["beta"] = float(model.beta.numpy()[0]) if "beta" in kw else None
