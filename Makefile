@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: demo test test-gpflow test-docs lint format bench docs clean
+.PHONY: demo test test-gpflow test-docs browser lint format bench docs clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -31,7 +31,7 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff format gpflow_tight tests benchmarks notebooks examples docs/conf.py
 	$(BIN)/ruff check --fix gpflow_tight tests benchmarks notebooks examples docs/conf.py
 
-test: lint
+test: lint browser
 	$(BIN)/pytest -n 2 --durations=15 --ignore=tests/integration/test_gpflow_suite.py tests
 	$(MAKE) --no-print-directory test-gpflow
 
@@ -40,9 +40,19 @@ test-gpflow: $(VENV)/.installed-test
 	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_gpflow_suite.py
 
 # the site works offline: built without the notebooks, its maths checked in headless Chromium
-# (`make test` runs this test too; it needs /usr/bin/chromium: `apt-get install -y chromium`)
-test-docs: $(VENV)/.installed-test
+# (`make test` runs this test too)
+test-docs: $(VENV)/.installed-test browser
 	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_docs_offline.py
+
+# Debian's Chromium for the docs test, installed with apt-get when it is missing (as root, or
+# through sudo); GPFLOW_TIGHT_CHROMIUM names another Chromium or Chrome binary instead
+CHROMIUM ?= $(or $(GPFLOW_TIGHT_CHROMIUM),/usr/bin/chromium)
+browser:
+	@test -x $(CHROMIUM) || { \
+		echo "installing chromium (Debian's package) for the docs test"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+		{ $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; } >/tmp/apt-chromium.log 2>&1 || \
+		{ tail -20 /tmp/apt-chromium.log; echo "error: could not install chromium: run 'sudo apt-get install -y chromium', or set GPFLOW_TIGHT_CHROMIUM to a Chromium binary"; exit 1; }; }
 
 # the site, with the notebooks executed (cached: rerun only when they change)
 docs: $(VENV)/.installed-test

@@ -6,7 +6,7 @@ not LaTeX source.
 One test (one site build, so that ``pytest -n`` never builds it twice): the site is built
 without executing the notebooks (``GPFLOW_TIGHT_DOCS_EXECUTE=off``; ``test_documentation.py``
 builds it with them executed) and served on a local port. The browser is Debian's Chromium
-(``apt-get install -y chromium``; ``.ci/run`` installs it on CI) driven by playwright from the
+(``make test`` installs it with apt-get when it is missing) driven by playwright from the
 ``test`` extra; ``GPFLOW_TIGHT_CHROMIUM`` names another binary.
 """
 
@@ -48,8 +48,8 @@ def browser(tmp_path):
         pytest.fail(
             f"Chromium not found at {CHROMIUM}: the docs test opens the site in headless "
             "Chromium. Install it with `sudo apt-get install -y chromium` (Debian/Ubuntu; "
-            "`.ci/run` does this on CI), or point GPFLOW_TIGHT_CHROMIUM to a Chromium or Chrome "
-            "binary. Do not run `playwright install`.",
+            "`make test` does this when it can), or point GPFLOW_TIGHT_CHROMIUM to a Chromium "
+            "or Chrome binary. Do not run `playwright install`.",
             pytrace=False,
         )
     try:
