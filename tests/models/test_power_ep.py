@@ -594,7 +594,7 @@ def test_cholesky_failure_says_what_to_do(rng):
         model = PowerEPSGP((X, Y), kernel(), Z, noise_variance=NOISE)
         with pytest.raises(gpflow_tight.CholeskyError, match="jitter"):
             model.log_marginal_likelihood()
-        # a training loss is not finite there, as GPflow's (line searches back off); the helpers explain
+        # the training loss is +inf there (line searches back off); the helpers explain
         assert not np.isfinite(model.training_loss_closure(compile=True)().numpy())
         with pytest.raises(gpflow_tight.TrainingError, match="inducing points"):
             gpflow_tight.training.fit_adam(model, iterations=1, progress=False)

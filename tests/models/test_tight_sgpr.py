@@ -208,7 +208,7 @@ def test_cholesky_failure_says_what_to_do(rng):
         _, tight = models(X, Y, Z)
         with pytest.raises(gpflow_tight.CholeskyError, match="jitter"):
             tight.elbo()
-        # a training loss is not finite there, as SGPR's (line searches back off); the helpers explain
+        # the training loss is +inf there (line searches back off); the helpers explain
         assert not np.isfinite(tight.training_loss_closure(compile=True)().numpy())
         with pytest.raises(gpflow_tight.TrainingError, match="inducing points"):
             gpflow_tight.training.fit_scipy(tight, maxiter=2, progress=False)

@@ -413,7 +413,7 @@ def test_cholesky_failure_says_what_to_do(rng):
         model = TightSVGP(kernel(), gpflow.likelihoods.Gaussian(), Z)
         with pytest.raises(gpflow_tight.CholeskyError, match="jitter"):
             model.elbo((X, Y))
-        # a training loss is not finite there, as SVGP's (line searches back off); the helpers explain
+        # the training loss is +inf there (line searches back off); the helpers explain
         assert not np.isfinite(model.training_loss_closure((X, Y), compile=True)().numpy())
         with pytest.raises(gpflow_tight.TrainingError, match="inducing points"):
             gpflow_tight.training.fit_adam(model, (X, Y), iterations=1, progress=False)
