@@ -47,7 +47,7 @@ from gpflow.models.util import inducingpoint_wrapper
 
 from .covariances.kuvs import Kuv
 from .inducing_variables.orthogonal import OrthogonalInducingVariables
-from .validation import KUU, checked_cholesky
+from .validation import KUU, check_inducing_variable, checked_cholesky
 
 __all__ = [
     "OrthogonalInducingVariables",
@@ -326,6 +326,8 @@ def orthogonal_sets(kernel: Kernel, inducing_variable: Any, orthogonal: Any) -> 
             "array of shape [0, D] gives the model without orthogonal points)."
         )
     regular, orthogonal = _as_list(inducing_variable), _as_list(orthogonal)
+    for inducing in orthogonal:  # before GPflow wraps an array (and fails on NaN, unclearly)
+        check_inducing_variable(inducing, "orthogonal_inducing_variable")
     if isinstance(kernel, MultioutputKernel) and not isinstance(
         inducing_variable, MultioutputInducingVariables
     ):

@@ -41,7 +41,13 @@ from .orthogonal import (
     whiten_variational_parameters,
 )
 from .projection import Projection, collapsed_common_terms, residual_variance
-from .validation import ConstructorOnly, checked_cholesky
+from .validation import (
+    ConstructorOnly,
+    checked_cholesky,
+    checked_inputs,
+    checks_arguments,
+    inducing_input_dim,
+)
 
 __all__ = [
     "OrthogonalPosterior",
@@ -152,11 +158,19 @@ def optimal_whitened_q(
     )
 
 
+def _checked_xnew(posterior: AbstractPosterior, Xnew: Any) -> tf.Tensor:
+    """Prediction inputs, checked and cast (:func:`~gpflow_tight.validation.checked_inputs`)."""
+    return checked_inputs(Xnew, input_dim=inducing_input_dim(posterior.inducing_variable))
+
+
+@checks_arguments(_checked_xnew, "Xnew", "predict_f", "fused_predict_f")
 class FusedFromCache(AbstractPosterior):
     """
     A posterior whose fused prediction is its cached one on values computed afresh: what
     ``_precompute`` returns is all a prediction needs, so ``fused_predict_f`` reads the live
     parameters and ``predict_f`` the cache, through the same ``_conditional_with_precompute``.
+    Both check ``Xnew`` first (a ``ValueError`` naming it; a graph assertion for NaN inside
+    ``tf.function``) and cast it to GPflow's default float.
     """
 
     def fresh_cache(self) -> tuple[tf.Tensor, ...]:

@@ -34,7 +34,7 @@ from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
 from gpflow.inducing_variables import InducingVariables
 
-from .validation import KUU, checked_cholesky
+from .validation import KUU, check_static_inputs, checked_cholesky, inducing_input_dim
 
 __all__ = [
     "Projection",
@@ -102,6 +102,8 @@ def project(
     kernel: kernels.Kernel,
     X: TensorType,
     L: tf.Tensor | None = None,
+    *,
+    name: str = "Xnew",
 ) -> Projection:
     """
     :math:`(L, A, \\mathbf d)` for inputs ``X`` [N, D], at :math:`O(NM^2)`. Single-output kernels
@@ -109,7 +111,11 @@ def project(
     kernels and inducing variables give a leading latent axis (of length 1 when shared).
 
     :param L: the Cholesky factor of :math:`K_{uu} + \\varepsilon I`, when already known.
+    :param name: the user's name for ``X``, in the ``ValueError`` raised (before any
+        computation) when ``X`` is not a matrix with one column per input dimension of the
+        inducing variables.
     """
+    check_static_inputs(X, inducing_input_dim(inducing_variable), name)
     if L is None:
         L = inducing_cholesky(inducing_variable, kernel)
     # a known rank for the branches below, also under an input signature of unknown shape

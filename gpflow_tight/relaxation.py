@@ -38,7 +38,7 @@ from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 from gpflow.utilities import positive
 
-from .validation import ConstructorOnly
+from .validation import ConstructorOnly, graph_message
 
 __all__ = [
     "Relaxation",
@@ -212,15 +212,23 @@ class FreeRelaxation(Relaxation):
 
     @inherit_check_shapes
     def weights(self, residual: tf.Tensor, noise_variance: tf.Tensor | None = None) -> tf.Tensor:
-        tf.debugging.assert_equal(
-            tf.shape(residual)[0],
-            tf.shape(self.m)[0],
-            message=(
-                "relaxation='free' has one m_n per training point: pass the whole training set, "
-                "in a fixed order, to every bound evaluation (no minibatches)"
-            ),
+        num_data, rows = self.m.shape[0], residual.shape[0]
+        message = (
+            f"relaxation='free' has one m_n per training point (num_data = {num_data}): pass the "
+            "whole training set, in a fixed order, to every bound evaluation (no minibatches), "
+            "or use relaxation='beta' to train on minibatches"
         )
-        return tf.broadcast_to(self.m, tf.shape(residual))
+        if rows is not None:  # known when tracing: a ValueError, not a graph assertion
+            if rows != num_data:
+                raise ValueError(f"{message}; got {rows} rows.")
+            return self.m * tf.ones_like(residual)
+        message = graph_message(message)
+        same = tf.debugging.assert_equal(tf.shape(residual)[0], num_data, message=message)
+        # The assertion runs first. (Not `tf.broadcast_to(m, tf.shape(residual))`: from it,
+        # TensorFlow's graph optimiser infers tf.shape(residual) = m's shape, folds the assertion
+        # away and broadcasts to the wrong size without an error.)
+        with tf.control_dependencies([same]):
+            return self.m * tf.ones_like(residual)
 
     def check_compatible(self, *, num_latent: int, num_data: int | None) -> None:
         if num_data is not None and self.m.shape[0] != num_data:

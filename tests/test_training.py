@@ -5,7 +5,7 @@ import scipy.optimize
 import scipy.stats
 import tensorflow as tf
 
-from gpflow_tight.models.base import NaNLossOnCholeskyFailure
+from gpflow_tight.models.base import InfiniteLossOnCholeskyFailure
 from gpflow_tight.training import (
     TrainingError,
     fit_adam,
@@ -117,7 +117,7 @@ def test_fit_scipy_external_data(rng):
 # ---- faults: the helpers lose nothing -------------------------------------------------------
 
 
-class _IndefiniteAboveTwo(NaNLossOnCholeskyFailure, gpflow.models.GPR):
+class _IndefiniteAboveTwo(InfiniteLossOnCholeskyFailure, gpflow.models.GPR):
     """
     GPR whose objective also needs the Cholesky factor of [[1, v/2], [v/2, 1]] (v the kernel
     variance), which is positive definite only for v < 2, while the data ask for v near 9: a line

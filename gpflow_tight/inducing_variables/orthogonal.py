@@ -53,8 +53,11 @@ class OrthogonalInducingVariables(InducingVariables):
         shape_u, shape_v = self.regular.shape, self.orthogonal.shape
         if shape_u is not None and shape_v is not None and shape_u[1] != shape_v[1]:
             raise ValueError(
-                f"The regular and orthogonal inducing variables must live in the same input "
-                f"space: their input dimensions are {shape_u[1]} and {shape_v[1]}."
+                "The regular and orthogonal inducing variables must live in the same input "
+                f"space: the regular ones (`inducing_variable` of a SOLVE model, `regular` here) "
+                f"have D = {shape_u[1]} columns, the orthogonal ones "
+                f"(`orthogonal_inducing_variable`, `orthogonal` here) D = {shape_v[1]}; give both "
+                "sets one column per input dimension."
             )
 
     @property

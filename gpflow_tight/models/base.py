@@ -7,10 +7,10 @@ import tensorflow as tf
 
 from ..validation import ConstructorOnly, training_objective
 
-__all__ = ["NaNLossOnCholeskyFailure", "ConstructorOnly"]
+__all__ = ["InfiniteLossOnCholeskyFailure", "ConstructorOnly"]
 
 
-class NaNLossOnCholeskyFailure:
+class InfiniteLossOnCholeskyFailure:
     """
     Mixin for GPflow models: where a Cholesky factorisation fails, ``training_loss`` (and so
     GPflow's ``training_loss_closure``, compiled as GPflow compiles it) is ``+inf`` instead of an

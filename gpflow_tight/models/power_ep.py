@@ -27,9 +27,21 @@ from gpflow.models.util import InducingVariablesLike, data_input_to_tensor, indu
 from gpflow.posteriors import PrecomputeCacheType
 
 from ..posteriors import PowerEPPosterior
-from ..validation import check_regression_data, explain_cholesky_failure
-from .base import ConstructorOnly, NaNLossOnCholeskyFailure
+from ..validation import (
+    check_inducing_variable,
+    check_input_dim,
+    check_noise_variance,
+    check_regression_data,
+    checked_batch,
+    checked_inputs,
+    checks_arguments,
+    explain_cholesky_failure,
+    held_data,
+    inducing_input_dim,
+)
+from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 from .power_ep_regression import (
+    BlockPartition,
     CollapsedProblem,
     check_alpha,
     cluster_blocks,
@@ -50,6 +62,7 @@ from .power_ep_sites import (
 )
 
 __all__ = [
+    "FLOAT32_MAX_ALPHA",
     "PowerEPSGP",
     "PowerEPPosterior",
     "FITC",
@@ -61,7 +74,31 @@ __all__ = [
 ]
 
 
-class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDataTrainingLossMixin):
+FLOAT32_MAX_ALPHA = 0.8
+"""
+The largest power whose optimum over the inducing inputs float32 training finds reliably: with
+trainable inducing inputs, float32 training is refused above it, and for DTC (measured in
+``docs/power_ep.md``, float32).
+"""
+
+
+def _checked_xnew(model: "PowerEPSGP", Xnew: Any) -> tf.Tensor:
+    """Prediction inputs, checked and cast (:func:`~gpflow_tight.validation.checked_inputs`)."""
+    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
+
+
+def _checked_test_data(model: "PowerEPSGP", data: Any) -> tuple[Any, ...]:
+    """Held-out ``(X, Y)`` for ``predict_log_density``, checked and cast (integer labels too)."""
+    return checked_batch(
+        data, input_dim=inducing_input_dim(model.inducing_variable), allow_empty=True
+    )
+
+
+@checks_arguments(_checked_test_data, "data", "predict_log_density")
+@checks_arguments(_checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
+class PowerEPSGP(
+    ConstructorOnly, InfiniteLossOnCholeskyFailure, GPModel, InternalDataTrainingLossMixin
+):
     """
     Sparse GP with the Power-EP pseudo-point approximation of :cite:t:`bui2017unifying`.
 
@@ -99,15 +136,30 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
     alternate sweeps and optimiser steps. ``inference="sites"`` also works with a Gaussian
     likelihood, where it converges to the closed form.
 
-    **Settings fixed at construction.** ``alpha``, ``blocks``, ``inference``,
-    ``num_gauss_hermite_points`` and ``num_data`` decide the structure of the computation (which
-    form of the power correction, which tilted moments, the shapes), so functions compiled
-    from the model would keep their values. They are therefore not part of the saved state:
-    assigning any of them after construction raises an ``AttributeError``, and the arrays
-    ``alpha`` and ``blocks`` are read-only. For another power, build a new model, e.g.
-    ``PowerEPSGP(data, kernel, Z, alpha=new_alpha)``, and copy the parameters over
-    (``gpflow.utilities.multiple_assign(new, gpflow.utilities.parameter_dict(old))``). A
-    checkpoint restores the parameters and sites into a model built with the same settings.
+    **Settings fixed at construction.** ``alpha``, ``inference``, ``num_gauss_hermite_points``
+    and ``num_data`` decide the structure of the computation (which form of the power
+    correction, which tilted moments, the shapes), so functions compiled from the model would
+    keep their values. They are therefore not part of the saved state: assigning (or deleting)
+    any of them after construction raises an ``AttributeError``, and the array ``alpha`` is
+    read-only. For another power, build a new model, e.g. ``PowerEPSGP(data, kernel, Z,
+    alpha=new_alpha)``, and copy the parameters over
+    (``gpflow.utilities.multiple_assign(new, gpflow.utilities.parameter_dict(old))``).
+
+    **State.** Everything else that defines the predictions is in ``tf.train.Checkpoint``: the
+    parameters, the sites and, with blocks, the partition, :attr:`block_assignment` (a
+    non-trainable ``tf.Variable``, the block of each data row; :attr:`blocks` reads it). The
+    computation reads the partition from the variable, also in compiled functions, so a
+    checkpoint restored into a model built with the same settings and data gives the saved
+    model's predictions, bit for bit, whatever ``seed`` placed the k-means blocks of the new
+    model.
+
+    **Data** are checked at construction (:mod:`gpflow_tight.validation`); real numbers of
+    another dtype than ``gpflow.config.default_float()`` (integer 0/1 labels, integer inputs,
+    float32 arrays under the float64 default) are cast to it with a one-time
+    ``DtypeCastWarning``, and so are the inputs of predictions. In float32, training the
+    inducing inputs is refused for DTC and powers above :data:`FLOAT32_MAX_ALPHA` (FITC, PITC;
+    see :meth:`maximum_log_likelihood_objective`); float32 accuracy per preset:
+    ``docs/power_ep.md``.
 
     :param data: ``(X, Y)``, ``X`` [N, D], ``Y`` [N, R] (R = 1 and labels in {0, 1} for
         ``Bernoulli``).
@@ -117,6 +169,7 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
     :param noise_variance: initial noise variance of the default Gaussian likelihood.
     :param blocks: a partition of ``range(N)`` into index arrays (Gaussian likelihood only).
     :param block_size: instead of ``blocks``: cluster the inputs into blocks of about this size.
+    :param seed: of the k-means clustering for ``block_size``.
     :param inference: ``"closed_form"`` (Gaussian likelihoods) or ``"sites"``; by default the
         first when the likelihood is Gaussian.
     :param num_gauss_hermite_points: quadrature points for the tilted moments (more than
@@ -125,11 +178,10 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
 
     _constructor_only = (
         "alpha",
-        "blocks",
+        "block_assignment",
         "inference",
         "num_gauss_hermite_points",
         "num_data",
-        "_layout",
     )
     _includes_power_correction = True  # False only for DTC, which is not a Power-EP energy
 
@@ -151,6 +203,8 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
         num_latent_gps: int | None = None,
     ) -> None:
         X, Y = check_regression_data(data)
+        check_noise_variance(noise_variance)
+        check_inducing_variable(inducing_variable)  # before GPflow wraps it
         if num_latent_gps is not None and num_latent_gps != Y.shape[1]:
             raise ValueError(
                 f"`num_latent_gps` must equal the number of columns of Y ({Y.shape[1]}): the "
@@ -168,14 +222,10 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
             check_site_data(likelihood, Y)
         super().__init__(kernel, likelihood, mean_function, num_latent_gps=Y.shape[1])
         # data held in variables stays there, so that assigning new data takes effect
-        self.data = data_input_to_tensor(
-            tuple(
-                given if isinstance(given, tf.Variable) else checked
-                for given, checked in zip(data, (X, Y))
-            )
-        )
+        self.data = data_input_to_tensor(held_data(data, (X, Y)))
         self.num_data = X.shape[0]
         self.inducing_variable = inducingpoint_wrapper(inducing_variable)
+        check_input_dim(X.shape, inducing_input_dim(self.inducing_variable), "data X")
         self.inference = inference
         self.num_gauss_hermite_points = int(num_gauss_hermite_points)
 
@@ -184,17 +234,43 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
                 "Block (PITC-like) factors are implemented for Gaussian likelihoods with "
                 "`inference='closed_form'` only; drop `blocks`/`block_size`."
             )
-        self._layout = partition(X, blocks, block_size, seed)
-        self.blocks: tuple[np.ndarray, ...] | None = (
-            None if self._layout is None else self._layout.blocks
+        labels = partition(X, blocks, block_size, seed)
+        # state, not a setting: saved by checkpoints and read by the computation
+        self.block_assignment: tf.Variable | None = (
+            None
+            if labels is None
+            else tf.Variable(labels, trainable=False, dtype=tf.int64, name="block_assignment")
         )
-        num_blocks = None if self.blocks is None else len(self.blocks)
+        num_blocks = None if labels is None else int(labels.max()) + 1
         self.alpha = check_alpha(alpha, self.num_data, num_blocks)
         if inference == "sites":
             check_site_alpha(self.alpha)
             zeros = tf.zeros([self.num_data], dtype=default_float())
             self.site_precision = tf.Variable(zeros, trainable=False, name="site_precision")
             self.site_shift = tf.Variable(zeros, trainable=False, name="site_shift")
+
+    @property
+    def blocks(self) -> tuple[np.ndarray, ...] | None:
+        """
+        The blocks of the data rows (one read-only, ascending index array per block), read from
+        :attr:`block_assignment`; ``None`` without blocks.
+        """
+        partition = self._partition()
+        return None if partition is None else partition.blocks
+
+    @blocks.setter
+    def blocks(self, value: Any) -> None:
+        raise AttributeError(
+            f"`blocks` of {type(self).__name__} is fixed at construction (it shapes the "
+            "computation): build a new model with `blocks=...` instead and copy the parameters "
+            "into it with `gpflow.utilities.multiple_assign(new, "
+            "gpflow.utilities.parameter_dict(old))`."
+        )
+
+    def _partition(self) -> BlockPartition | None:
+        if self.block_assignment is None:
+            return None
+        return BlockPartition(self.block_assignment)
 
     def _site_batch(self, indices: tf.Tensor | None) -> SiteBatch:
         return site_batch(
@@ -215,7 +291,7 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
         ``data``, whose number of rows may change (data held in variables) only where nothing
         of the model's structure is per data point.
         """
-        if self.inference == "sites" or self._layout is not None or self.alpha.ndim > 0:
+        if self.inference == "sites" or self.block_assignment is not None or self.alpha.ndim > 0:
             tf.debugging.assert_equal(
                 tf.shape(self.data[0])[0],
                 self.num_data,
@@ -235,7 +311,7 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
             self.likelihood,
             self.mean_function,
             self.alpha,
-            self._layout,
+            self._partition(),
         )
 
     def sweep(
@@ -308,8 +384,37 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
 
     @inherit_check_shapes
     def maximum_log_likelihood_objective(self) -> tf.Tensor:  # type: ignore[override]
-        """``log_marginal_likelihood()``; ``training_loss()`` is −(this + log prior density)."""
+        """
+        ``log_marginal_likelihood()``; ``training_loss()`` is −(this + log prior density).
+
+        In float32, refused (``ValueError``) while the inducing variables are trainable for the
+        objectives with little or no penalty on a vanishing noise, DTC and powers above
+        ``FLOAT32_MAX_ALPHA`` = 0.8 (FITC and PITC among them): their optimum over the inducing
+        inputs is (nearly) degenerate, the noise falls towards its lower bound and inducing
+        inputs crowd together, and float32 cannot resolve it (``docs/power_ep.md``, float32).
+        """
+        self._check_float32_training()
         return self.log_marginal_likelihood()
+
+    def _check_float32_training(self) -> None:
+        dtype = self.data[0].dtype
+        if self.inference != "closed_form" or dtype == tf.float64:
+            return
+        if self._includes_power_correction and np.max(self.alpha) <= FLOAT32_MAX_ALPHA:
+            return
+        if not self.inducing_variable.trainable_variables:
+            return
+        what = "DTC" if not self._includes_power_correction else f"alpha > {FLOAT32_MAX_ALPHA}"
+        raise ValueError(
+            f"{type(self).__name__} cannot be trained reliably in {dtype.name} while its "
+            f"inducing variables are trainable: with {what} the optimum over the inducing "
+            "inputs is (nearly) degenerate (the noise variance falls towards its lower bound, "
+            "inducing inputs crowd together), which float32 round-off moves (measured: "
+            "predictive variances off by up to 120-fold; docs/power_ep.md, 'float32'). "
+            "Fix the inducing inputs with `gpflow.set_trainable(model.inducing_variable, "
+            "False)`, train in float64 (`gpflow.config.set_default_float(np.float64)`), or use "
+            f"VFE or alpha <= {FLOAT32_MAX_ALPHA}."
+        )
 
     # Titsias's bounds on log p(y) and their parts, as gpflow.models.SGPR computes them, for code
     # written for SGPR (e.g. GPflow's upper-bound notebook). They are functions of the kernel,
@@ -403,7 +508,7 @@ class PowerEPSGP(ConstructorOnly, NaNLossOnCholeskyFailure, GPModel, InternalDat
                 self.num_latent_gps,
                 self.mean_function,
                 alpha=None if sites is not None else self.alpha,
-                blocks=self.blocks,
+                blocks=self._partition(),
                 sites=sites,
                 precompute_cache=precompute_cache,
             )

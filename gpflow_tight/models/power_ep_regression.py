@@ -37,8 +37,10 @@ from ..validation import checked_cholesky
 __all__ = [
     "power_correction",
     "cluster_blocks",
-    "BlockLayout",
+    "BlockPartition",
+    "block_assignment",
     "block_layout",
+    "read_only",
     "partition",
     "check_alpha",
     "GaussianFactors",
@@ -81,25 +83,77 @@ def cluster_blocks(X: np.ndarray, block_size: int, seed: int = 0) -> list[np.nda
     return [np.flatnonzero(labels == k) for k in np.unique(labels)]
 
 
-def _read_only(array: np.ndarray) -> np.ndarray:
-    array.setflags(write=False)
-    return array
-
-
-class BlockLayout(NamedTuple):
+def read_only(array: np.ndarray) -> np.ndarray:
     """
-    A partition of the data rows into blocks (§3.7): ``blocks``, one index array per block, and
-    the padded ``indices`` [B, S] and ``mask`` [B, S] of the vectorised block computations. All
-    arrays are read-only.
+    A read-only copy of ``array`` whose ``WRITEABLE`` flag cannot be set again (it views an
+    immutable ``bytes`` buffer): settings that shape the computation graph stay what they were.
+    """
+    array = np.asarray(array)
+    return np.frombuffer(array.tobytes(), dtype=array.dtype).reshape(array.shape)
+
+
+class BlockPartition:
+    """
+    A partition of the data rows into blocks (§3.7), held as ``assignment``: the block of each
+    row, ``[N]`` integers, blocks numbered from 0 in their given order. The model keeps it in
+    a non-trainable ``tf.Variable`` (``PowerEPSGP.block_assignment``), so that checkpoints save
+    it and restoring one changes the partition the computation uses; a standalone posterior
+    keeps a read-only array.
+
+    The padded layout of the vectorised block computations, :meth:`padded`, is computed from
+    ``assignment`` inside the computation graph (:math:`O(N \\log N)`), so a compiled function
+    follows a restored partition. Rows of a block are in ascending order.
     """
 
-    blocks: tuple[np.ndarray, ...]
-    indices: np.ndarray
-    mask: np.ndarray
+    def __init__(self, assignment: tf.Variable | tf.Tensor | np.ndarray) -> None:
+        self.assignment = assignment
+
+    @property
+    def labels(self) -> np.ndarray:
+        """The current ``assignment`` as a read-only numpy array (also while tracing)."""
+        with tf.init_scope():  # a variable's value, also inside tf.function
+            value = self.assignment
+            if isinstance(value, tf.Variable | tf.Tensor):
+                value = value.numpy()
+            return read_only(np.asarray(value, dtype=np.int64))
+
+    @property
+    def blocks(self) -> tuple[np.ndarray, ...]:
+        """The current blocks: one read-only, ascending index array per block."""
+        labels = self.labels
+        return tuple(read_only(np.flatnonzero(labels == b)) for b in range(labels.max() + 1))
+
+    def padded(self, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
+        """
+        ``indices`` [B, S] (int64) and ``mask`` [B, S] (``dtype``, 1 for a row, 0 for
+        padding) of the blocks padded to the largest size S; padding indices are 0.
+        """
+        labels = tf.cast(tf.convert_to_tensor(self.assignment), tf.int64)
+        num_data = tf.size(labels, out_type=tf.int64)
+        tf.debugging.assert_non_negative(
+            labels, message="`block_assignment` holds a negative block number"
+        )
+        tf.debugging.assert_less(
+            labels, num_data, message="`block_assignment` holds a block number >= N (data rows)"
+        )
+        num_blocks = tf.reduce_max(labels) + 1
+        sizes = tf.math.unsorted_segment_sum(tf.ones_like(labels), labels, num_blocks)
+        order = tf.cast(tf.argsort(labels, stable=True), tf.int64)  # rows grouped by block
+        sorted_labels = tf.gather(labels, order)
+        starts = tf.cumsum(sizes, exclusive=True)
+        position = tf.range(num_data) - tf.gather(starts, sorted_labels)
+        coordinates = tf.stack([sorted_labels, position], axis=1)
+        shape = tf.stack([num_blocks, tf.reduce_max(sizes)])
+        indices = tf.scatter_nd(coordinates, order, shape)
+        mask = tf.scatter_nd(coordinates, tf.ones([num_data], dtype), shape)
+        return indices, mask
 
 
-def block_layout(blocks: Sequence[Any], num_data: int) -> BlockLayout:
-    """Check that ``blocks`` partitions ``range(num_data)`` and lay it out (padded)."""
+def block_assignment(blocks: Sequence[Any], num_data: int) -> np.ndarray:
+    """
+    Check that ``blocks`` (index arrays) partitions ``range(num_data)``; return the block of
+    each row, ``[num_data]`` int64, blocks numbered in their given order.
+    """
     try:
         blocks = [np.asarray(block, dtype=np.int64).reshape(-1) for block in blocks]
     except (TypeError, ValueError) as error:
@@ -119,22 +173,35 @@ def block_layout(blocks: Sequence[Any], num_data: int) -> BlockLayout:
             f"Rows in several blocks: {repeated[:5].tolist()}; rows in none: "
             f"{missing[:5].tolist()}."
         )
-    size = max(block.size for block in blocks)
-    index = np.zeros((len(blocks), size), np.int64)
-    mask = np.zeros((len(blocks), size), bool)
+    labels = np.zeros(num_data, np.int64)
     for b, block in enumerate(blocks):
-        index[b, : block.size] = block
-        mask[b, : block.size] = True
-    rows = tuple(_read_only(row[keep]) for row, keep in zip(index, mask))
-    return BlockLayout(rows, _read_only(index), _read_only(mask))
+        labels[block] = b
+    return labels
+
+
+def block_layout(blocks: Sequence[Any] | BlockPartition, num_data: int | None) -> BlockPartition:
+    """
+    ``blocks`` as a :class:`BlockPartition`: index arrays are checked (:func:`block_assignment`)
+    and held read-only; a :class:`BlockPartition` (a model's) is used as it is, so that its
+    variable is read.
+    """
+    if isinstance(blocks, BlockPartition):
+        return blocks
+    if num_data is None:
+        raise ValueError(
+            "`blocks` needs data with a known number of rows (data in variables of shape "
+            "[None, D] cannot be partitioned)."
+        )
+    return BlockPartition(read_only(block_assignment(blocks, num_data)))
 
 
 def partition(
     X: np.ndarray, blocks: Sequence[Any] | None, block_size: int | None, seed: int = 0
-) -> BlockLayout | None:
+) -> np.ndarray | None:
     """
-    The block layout of ``blocks``, or of k-means clusters of about ``block_size`` inputs
-    (:func:`cluster_blocks`); ``None`` for neither (one factor per data point).
+    The block of each row (:func:`block_assignment`) of ``blocks``, or of k-means clusters of
+    about ``block_size`` inputs (:func:`cluster_blocks`); ``None`` for neither (one factor per
+    data point).
     """
     if blocks is not None and block_size is not None:
         raise ValueError("Pass either `blocks` or `block_size`, not both.")
@@ -144,7 +211,7 @@ def partition(
         if block_size < 1:
             raise ValueError(f"`block_size` must be at least 1, got {block_size}.")
         blocks = cluster_blocks(X, int(block_size), seed=seed)
-    return None if blocks is None else block_layout(blocks, len(X))
+    return None if blocks is None else block_assignment(blocks, len(X))
 
 
 def check_alpha(alpha: Any, num_data: int | None, num_blocks: int | None) -> np.ndarray:
@@ -170,7 +237,7 @@ def check_alpha(alpha: Any, num_data: int | None, num_blocks: int | None) -> np.
             "`alpha` must lie in (0, 1] (α = 1 is FITC/EP, α → 0 is VFE; alpha=0 gives the "
             f"exact VFE limit with a Gaussian likelihood), got {alpha!r}."
         )
-    return _read_only(array)
+    return read_only(array)
 
 
 class GaussianFactors(NamedTuple):
@@ -207,7 +274,7 @@ def gaussian_factors(
     noise: tf.Tensor,
     projection: Projection,
     alpha: np.ndarray,
-    layout: BlockLayout | None,
+    layout: BlockPartition | None,
 ) -> GaussianFactors:
     """
     The fixed-point factors of §3.6 (diagonal, :math:`\\lambda_n = \\alpha_n d_n + \\sigma_n^2`)
@@ -237,10 +304,20 @@ def _block_factors(
     projection: Projection,
     alpha: np.ndarray,
     alpha_tensor: tf.Tensor,
-    layout: BlockLayout,
+    layout: BlockPartition,
 ) -> GaussianFactors:
     """Block factors, padded to a common size S: padding rows have D = 0 and unit noise."""
-    index, mask = layout.indices, tf.cast(layout.mask, default_float())
+    index, mask = layout.padded(default_float())
+    if alpha.ndim == 1:  # one power per block: the partition (a variable) must still match
+        tf.debugging.assert_equal(
+            tf.shape(index, out_type=tf.int64)[0],
+            tf.constant(alpha.shape[0], tf.int64),
+            message=(
+                f"`alpha` has one power for each of {alpha.shape[0]} blocks, but the block "
+                "partition (`block_assignment`, e.g. restored from a checkpoint) has another "
+                "number of blocks; build the model with the checkpoint's blocks"
+            ),
+        )
     pair_mask = mask[:, :, None] * mask[:, None, :]
     A0_blocks = tf.gather(tf.linalg.adjoint(projection.A), index) * mask[..., None]
     K_blocks = kernel(tf.gather(X, index))  # [B, S, S]
@@ -304,7 +381,7 @@ class CollapsedProblem(NamedTuple):
     likelihood: Gaussian
     mean_function: MeanFunction
     alpha: np.ndarray
-    layout: BlockLayout | None
+    layout: BlockPartition | None
 
 
 class _Collapsed(NamedTuple):
@@ -316,7 +393,7 @@ class _Collapsed(NamedTuple):
 
 def _collapsed(problem: CollapsedProblem) -> _Collapsed:
     X, Y = problem.data
-    projection = project(problem.inducing_variable, problem.kernel, X)
+    projection = project(problem.inducing_variable, problem.kernel, X, name="data X")
     error = Y - problem.mean_function(X)
     noise = problem.likelihood.variance_at(X)[:, 0]
     factors = gaussian_factors(

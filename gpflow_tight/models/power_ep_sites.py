@@ -116,7 +116,7 @@ def site_whitened_posterior(
     ``(L, LB, c)`` of the sites' :math:`q(\\mathbf u) = \\mathcal N(L L_B^{-\\top}\\mathbf c,
     L (L_B L_B^\\top)^{-1} L^\\top)`.
     """
-    projection = project(inducing_variable, kernel, X)
+    projection = project(inducing_variable, kernel, X, name="data X")
     return (projection.L, *site_posterior(projection.A, precision, shift))
 
 
@@ -173,7 +173,7 @@ def site_batch(
         used when every power is 1.
     """
     X, Y = data
-    projection = project(inducing_variable, kernel, X)
+    projection = project(inducing_variable, kernel, X, name="data X")
     LB, c = site_posterior(projection.A, precision, shift)
 
     def select(values: tf.Tensor, axis: int = 0) -> tf.Tensor:

@@ -11,6 +11,7 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
 from gpflow.config import default_jitter
+from gpflow.kernels import Kernel
 from gpflow.models import SGPR
 from gpflow.posteriors import PrecomputeCacheType, SGPRPosterior
 from gpflow.utilities import add_noise_cov, to_default_float
@@ -23,15 +24,48 @@ from ..projection import (
     residual_variance,
 )
 from ..relaxation import Relaxation, as_relaxation
-from ..validation import check_regression_data, checked_cholesky, explain_cholesky_failure
-from .base import ConstructorOnly, NaNLossOnCholeskyFailure
+from ..validation import (
+    check_inducing_variable,
+    check_input_dim,
+    check_noise_variance,
+    check_regression_data,
+    checked_batch,
+    checked_cholesky,
+    checked_inputs,
+    checks_arguments,
+    explain_cholesky_failure,
+    held_data,
+    inducing_input_dim,
+)
+from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 
 __all__ = ["RelaxedSGPR", "TightSGPR"]
 
 RESIDUAL = "D_ff = K_ff - Q_ff (the residual covariance of the training inputs)"
 
 
-class RelaxedSGPR(NaNLossOnCholeskyFailure, ConstructorOnly, SGPR):
+def _checked_xnew(model: SGPR, Xnew: Any) -> tf.Tensor:
+    """Prediction inputs, checked and cast (:func:`~gpflow_tight.validation.checked_inputs`)."""
+    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
+
+
+def _checked_test_data(model: SGPR, data: Any) -> tuple[Any, ...]:
+    """Held-out ``(X, Y)`` for ``predict_log_density``, checked and cast."""
+    return checked_batch(
+        data, input_dim=inducing_input_dim(model.inducing_variable), allow_empty=True
+    )
+
+
+@checks_arguments(_checked_test_data, "data", "predict_log_density")
+@checks_arguments(
+    _checked_xnew,
+    "Xnew",
+    "predict_f",
+    "predict_y",
+    "predict_f_samples",
+    "exact_variance_correction",
+)
+class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
     """
     SGPR (:cite:t:`titsias2009variational`) whose conditional :math:`q(\\mathbf f \\mid
     \\mathbf u)` has variances :math:`m_n d_n` (:cite:t:`bui2025tighter`, §3). The optimal
@@ -57,6 +91,12 @@ class RelaxedSGPR(NaNLossOnCholeskyFailure, ConstructorOnly, SGPR):
 
     The other arguments are SGPR's (a heteroscedastic Gaussian likelihood with ``variance_at``
     works). Subclasses change the inducing set through :meth:`projection`.
+
+    Bad input is refused with a ``ValueError``/``TypeError`` that names the argument
+    (:mod:`gpflow_tight.validation`): ``data`` at construction (2-D, one row per point, finite,
+    as many columns as the inducing inputs), ``noise_variance``, ``inducing_variable`` (finite),
+    and ``Xnew`` of every prediction. Data of another real dtype than GPflow's default float
+    (float32, integers) are cast to it, with a one-time ``DtypeCastWarning``.
     """
 
     _constructor_only: tuple[str, ...] = ("relaxation", "exact_predictive_variance")
@@ -66,14 +106,19 @@ class RelaxedSGPR(NaNLossOnCholeskyFailure, ConstructorOnly, SGPR):
     def __init__(
         self,
         data: RegressionData,
-        *args: Any,
+        kernel: Kernel,
+        inducing_variable: Any,
+        *,
         relaxation: str | Relaxation | None = None,
         beta: Any = None,
         exact_predictive_variance: bool = False,
         **kwargs: Any,
     ) -> None:
-        X, _ = check_regression_data(data)
-        super().__init__(data, *args, **kwargs)
+        X, Y = check_regression_data(data)
+        check_noise_variance(kwargs.get("noise_variance"))
+        check_inducing_variable(inducing_variable)
+        super().__init__(held_data(data, (X, Y)), kernel, inducing_variable, **kwargs)
+        check_input_dim(X.shape, inducing_input_dim(self.inducing_variable), "data X")
         relaxation = self._default_relaxation if relaxation is None else relaxation
         variance = getattr(self.likelihood, "variance", None)
         if relaxation == "beta" and beta is None and isinstance(variance, Parameter):
@@ -89,7 +134,8 @@ class RelaxedSGPR(NaNLossOnCholeskyFailure, ConstructorOnly, SGPR):
 
     def projection(self, X: InputData | None = None) -> Projection:
         """:math:`(L, A, \\mathbf d)` of the inputs ``X`` (default: the training inputs)."""
-        return project(self.inducing_variable, self.kernel, self.data[0] if X is None else X)
+        X = self.data[0] if X is None else X
+        return project(self.inducing_variable, self.kernel, X, name="X")
 
     def common_terms(self) -> CollapsedTerms:
         """SGPR's common tensors of the bound, and the residual variances :math:`d_n`."""

@@ -11,7 +11,8 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
 from gpflow.conditionals import conditional
 from gpflow.conditionals.util import mix_latent_gp
-from gpflow.likelihoods import Gaussian
+from gpflow.kernels import Kernel
+from gpflow.likelihoods import Gaussian, Likelihood
 from gpflow.models import SVGP
 from gpflow.posteriors import (
     IndependentPosterior,
@@ -21,13 +22,65 @@ from gpflow.posteriors import (
 
 from ..projection import marginals_with_residual, project
 from ..relaxation import Relaxation, as_relaxation, conditional_relaxation_term
-from ..validation import check_batch, explain_cholesky_failure
-from .base import ConstructorOnly, NaNLossOnCholeskyFailure
+from ..validation import (
+    check_inducing_variable,
+    check_num_data,
+    checked_batch,
+    checked_inputs,
+    checks_arguments,
+    explain_cholesky_failure,
+    inducing_input_dim,
+)
+from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 
 __all__ = ["RelaxedSVGP", "TightSVGP"]
 
+_FREE_NEEDS_ALL_ROWS = (
+    "relaxation='free' has one m_n per training point: pass the whole training set, in a fixed "
+    "order, to every bound evaluation (no minibatches), or use relaxation='beta' to train on "
+    "minibatches"
+)
 
-class RelaxedSVGP(NaNLossOnCholeskyFailure, ConstructorOnly, SVGP):
+
+def _checked_batch(model: "RelaxedSVGP", data: Any) -> tuple[Any, ...]:
+    """
+    A batch ``(X, Y)`` of a loss, checked and cast (:func:`~gpflow_tight.validation.checked_batch`):
+    integer Y stays integer labels unless the likelihood is Gaussian, and ``relaxation="free"``
+    needs all ``num_data`` rows.
+    """
+    num_rows = None
+    if model.relaxation.kind == "free" and model.num_data is not None:
+        num_rows = int(model.num_data)
+    return checked_batch(
+        data,
+        input_dim=inducing_input_dim(model.inducing_variable),
+        cast_integer_labels=isinstance(model.likelihood, Gaussian),
+        num_rows=num_rows,
+        fix_rows=_FREE_NEEDS_ALL_ROWS,
+    )
+
+
+def _checked_test_data(model: "RelaxedSVGP", data: Any) -> tuple[Any, ...]:
+    """Held-out ``(X, Y)`` for ``predict_log_density``, checked and cast."""
+    return checked_batch(
+        data,
+        input_dim=inducing_input_dim(model.inducing_variable),
+        cast_integer_labels=isinstance(model.likelihood, Gaussian),
+        allow_empty=True,
+    )
+
+
+def _checked_xnew(model: "RelaxedSVGP", Xnew: Any) -> tf.Tensor:
+    """Prediction inputs, checked and cast (:func:`~gpflow_tight.validation.checked_inputs`)."""
+    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
+
+
+@checks_arguments(_checked_test_data, "data", "predict_log_density")
+@checks_arguments(_checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
+@checks_arguments(
+    _checked_batch, "data", "training_loss", "maximum_log_likelihood_objective", "elbo"
+)
+class RelaxedSVGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, SVGP):
     """
     SVGP (:cite:t:`hensman2013gaussian`) whose conditional :math:`q(\\mathbf f \\mid
     \\mathbf u)` has variances :math:`m_n d_n` (:cite:t:`bui2025tighter`, eq. 8 and 10):
@@ -57,6 +110,13 @@ class RelaxedSVGP(NaNLossOnCholeskyFailure, ConstructorOnly, SVGP):
 
     All other arguments are SVGP's. Subclasses change the marginals through
     :meth:`latent_marginals_with_residual`.
+
+    Every batch a loss sees (``training_loss``, ``elbo``) and every ``Xnew`` is checked first
+    (:mod:`gpflow_tight.validation`): a ``ValueError``/``TypeError`` that names ``data`` or
+    ``Xnew`` eagerly and when a ``tf.function`` is traced, a graph assertion with the same
+    message for values (NaN, inf) inside a compiled step. Data of another real dtype than
+    GPflow's default float are cast to it (once noted); integer labels stay integers for
+    non-Gaussian likelihoods, as GPflow takes them. ``num_data`` must be positive.
     """
 
     _constructor_only: tuple[str, ...] = ("relaxation",)
@@ -65,12 +125,17 @@ class RelaxedSVGP(NaNLossOnCholeskyFailure, ConstructorOnly, SVGP):
 
     def __init__(
         self,
-        *args: Any,
+        kernel: Kernel,
+        likelihood: Likelihood,
+        inducing_variable: Any,
+        *,
         relaxation: str | Relaxation | None = None,
         beta: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        check_num_data(kwargs.get("num_data"))
+        check_inducing_variable(inducing_variable)
+        super().__init__(kernel, likelihood, inducing_variable, **kwargs)
         self._independent_latents, self._mixes_latents = self._latent_structure()
         relaxation = self._default_relaxation if relaxation is None else relaxation
         if relaxation == "beta" and beta is None:
@@ -185,7 +250,6 @@ class RelaxedSVGP(NaNLossOnCholeskyFailure, ConstructorOnly, SVGP):
     def elbo(self, data: RegressionData) -> tf.Tensor:
         """The relaxed bound (eq. 8), or its unbiased minibatch estimate (eq. 10)."""
         X, Y = data
-        check_batch(X, Y)
         with explain_cholesky_failure():
             kl = self.prior_kl()
             f_mean, f_var, m = self.training_marginals(X)

@@ -20,13 +20,62 @@ from gpflow.utilities import positive
 
 from ..neighbors import graph_nearest_neighbors, nearest_neighbors, sequential_nearest_neighbors
 from ..posteriors import VNNGPPosterior
-from ..validation import check_batch
-from .base import ConstructorOnly, NaNLossOnCholeskyFailure
+from ..validation import (
+    check_num_data,
+    check_regression_data,
+    checked_batch,
+    checked_inputs,
+    checks_arguments,
+    inducing_input_dim,
+)
+from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 
 __all__ = ["VNNGP", "VNNGPPosterior"]
 
 
-class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrainingLossMixin):
+def _checked_batch(model: "VNNGP", data: Any, allow_empty: bool = False) -> tuple[Any, ...]:
+    """
+    A batch ``(X, Y)`` or ``(X, Y, neighbors)``, checked and cast
+    (:func:`~gpflow_tight.validation.checked_batch`); ``neighbors`` must be integer rows [B, K]
+    of inducing points, one row per row of X.
+    """
+    checked = checked_batch(
+        data,
+        input_dim=inducing_input_dim(model.inducing_variable),
+        cast_integer_labels=isinstance(model.likelihood, gpflow.likelihoods.Gaussian),
+        allow_empty=allow_empty,
+    )
+    if len(checked) > 2:
+        neighbors = tf.convert_to_tensor(checked[2])
+        rows = checked[0].shape[0]
+        if (
+            not neighbors.dtype.is_integer
+            or neighbors.shape.rank != 2
+            or None not in (rows, neighbors.shape[0])
+            and rows != neighbors.shape[0]
+        ):
+            raise ValueError(
+                "`data` neighbors must be integer rows [N, K] of inducing points, one row per "
+                f"row of X ({rows}), got dtype {neighbors.dtype.name} and shape "
+                f"{tuple(neighbors.shape)}; build `data` with `model.training_data(X, Y)`."
+            )
+    return checked
+
+
+def _checked_test_data(model: "VNNGP", data: Any) -> tuple[Any, ...]:
+    return _checked_batch(model, data, allow_empty=True)
+
+
+def _checked_xnew(model: "VNNGP", Xnew: Any) -> tf.Tensor:
+    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
+
+
+@checks_arguments(_checked_test_data, "data", "predict_log_density")
+@checks_arguments(_checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples", "predict_g")
+@checks_arguments(
+    _checked_batch, "data", "training_loss", "maximum_log_likelihood_objective", "elbo"
+)
+class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrainingLossMixin):
     """
     Variational nearest-neighbour GP :cite:p:`wu2022variational`: a mean-field
     :math:`q(\\mathbf u) = \\prod_j \\mathcal N(u_j; m_j, s_j)` against the nearest-neighbour
@@ -69,6 +118,11 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
     ``prediction_batch_size``, ``num_data`` and ``ordering`` are fixed at construction:
     compiled functions would keep the values they were traced with, so assigning them raises
     an ``AttributeError`` (and the ``ordering`` array is read-only); build a new model instead.
+    Every batch a loss sees and every ``Xnew`` is checked first (:mod:`gpflow_tight.validation`:
+    a ``ValueError``/``TypeError`` naming ``data`` or ``Xnew``, or inside a compiled step a
+    graph assertion with the same message); data of another real dtype are cast to GPflow's
+    default float, once noted.
+
     GPflow's ``print_summary``, ``freeze``, ``deepcopy``, ``set_trainable`` and
     ``parameter_dict``/``multiple_assign`` work as for ``SVGP``.
 
@@ -107,6 +161,7 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
         ordering: str = "random",
         seed: int = 0,
     ) -> None:
+        check_num_data(num_data)
         super().__init__(kernel, likelihood, mean_function, num_latent_gps)
         if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
             Z = inducing_variable.Z.numpy()
@@ -187,20 +242,21 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
         nearest first, from a k-d tree (eagerly, once); the same as the graph search's.
         """
         k = self.num_neighbors_predict if k is None else k
-        return nearest_neighbors(self.inducing_variable.Z.numpy(), np.asarray(X, float), k)
+        queries = checked_inputs(X, input_dim=inducing_input_dim(self.inducing_variable), name="X")
+        if len(queries.shape) != 2:
+            raise ValueError(f"`X` must be a 2-D array [N, D], got shape {tuple(queries.shape)}.")
+        return nearest_neighbors(self.inducing_variable.Z.numpy(), queries.numpy(), k)
 
     def training_data(self, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, ...]:
-        """``(X, Y, neighbors)`` for :meth:`elbo`: the neighbours are looked up once."""
-        return np.asarray(X), np.asarray(Y), self.neighbors(X)
-
-    def _check_input_dim(self, X: Any, name: str) -> None:
-        expected = self.inducing_variable.Z.shape[-1]
-        got = X.shape[-1] if len(X.shape) == 2 else None
-        if got is not None and got != expected:
-            raise ValueError(
-                f"`{name}` must have {expected} columns (the inducing inputs' dimension), got "
-                f"shape {tuple(X.shape)}."
-            )
+        """
+        ``(X, Y, neighbors)`` for :meth:`elbo`: the neighbours are looked up once. X and Y are
+        checked (:func:`~gpflow_tight.validation.check_regression_data`) and cast to GPflow's
+        default float.
+        """
+        X, Y = check_regression_data(
+            (X, Y), "data", input_dim=inducing_input_dim(self.inducing_variable)
+        )
+        return X, Y, self.neighbors(X)
 
     # ---------------------------------------------------------------------------------------
     # conditionals
@@ -238,7 +294,6 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
 
     def predict_g(self, Xnew: InputData) -> MeanAndVariance:
         """The marginals of q(f*) - μ(x*) (eq. 25 without the mean function), [N*, L] each."""
-        self._check_input_dim(Xnew, "Xnew")
         return self.posterior(PrecomputeCacheType.NOCACHE)._conditional_fused(Xnew)
 
     # ---------------------------------------------------------------------------------------
@@ -283,8 +338,6 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
             :meth:`neighbors`.
         """
         X, Y = data[0], data[1]
-        check_batch(X, Y)
-        self._check_input_dim(X, "data X")
         if len(data) > 2:
             neighbors = data[2]
         else:
@@ -339,7 +392,6 @@ class VNNGP(NaNLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDataTrai
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
         """The marginals of q(f*) (eq. 25): ``self.posterior(NOCACHE).fused_predict_f``."""
-        self._check_input_dim(Xnew, "Xnew")
         return self.posterior(PrecomputeCacheType.NOCACHE).fused_predict_f(
             Xnew, full_cov=full_cov, full_output_cov=full_output_cov
         )

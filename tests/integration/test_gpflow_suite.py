@@ -1,7 +1,9 @@
 """
 GPflow's own tests, unchanged, with each drop-in swapped in for the GPflow class it replaces
 (``tests/integration/gpflow_suite``): every test that passes with GPflow's classes passes with
-ours, except the documented differences of :data:`EXPECTED`.
+ours, except the documented differences of :data:`EXPECTED`. A failure that is not documented is
+run again, its file alone in one process; one that then passes (it depended on the order or
+company it ran in) is reported as a warning with its error, not as a break.
 
 GPflow's test files are downloaded from its source distribution for the installed version
 (``pip download``, so from the package index pip is configured with); set
@@ -10,6 +12,7 @@ GPflow's test files are downloaded from its source distribution for the installe
 
 import fnmatch
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -97,6 +100,17 @@ def test_gpflow_tests_pass_with_the_drop_ins(swap, gpflow_tests, unswapped):
         for test, record in broken.items()
         if expected_for(swap, test, record["error"]) is None
     }
+    if unexplained:  # again, their files alone in one process: a failure that does not recur
+        files_again = sorted({test.split("::")[0] for test in unexplained})
+        again = runner.with_gpflow_names(runner.run(gpflow_tests, swap, files_again), swap)
+        flaky = {
+            test: error
+            for test, error in unexplained.items()
+            if again.get(test, {}).get("outcome") == "passed"
+        }
+        if flaky:
+            warnings.warn(f"{swap}: failed once, passed when run again: {flaky}", stacklevel=1)
+        unexplained = {test: error for test, error in unexplained.items() if test not in flaky}
     assert not unexplained, f"{swap} breaks GPflow tests: {unexplained}"
     for swaps, test_pattern, error_pattern, _ in EXPECTED:
         if swap in swaps:

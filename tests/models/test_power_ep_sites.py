@@ -21,15 +21,18 @@ Property ids used in this file's comments and docstrings (the others are in test
 21 a fixed point is a fixed point: one more sweep leaves the sites unchanged.
 """
 
+import warnings
+
 import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
 from scipy.stats import norm
 
-from gpflow_tight import PowerEPSGP, exact_probit
+from gpflow_tight import ExactProbit, PowerEPSGP, exact_probit
 from gpflow_tight.tilted import tilted_moments
 from gpflow_tight.training import fit_power_ep, run_power_ep
+from gpflow_tight.validation import DtypeCastWarning
 from tests.reference import nystrom_parts, se_kernel
 from tests.reference_power_ep import (
     energy_by_definition,
@@ -458,6 +461,49 @@ def test_float32_classification(rng):
         value.numpy(),
         reference.log_marginal_likelihood().numpy(),
         rtol=1e-4,
+    )
+
+
+@pytest.mark.parametrize("likelihood", [gpflow.likelihoods.Bernoulli, ExactProbit])
+def test_integer_labels_are_the_float_labels(rng, likelihood):
+    """
+    Integer 0/1 labels, as GPflow's SVGP takes them, are cast to GPflow's default float at
+    construction (with a one-time DtypeCastWarning): the sweeps, the energy and every
+    prediction are those of the same labels given as floats, and GPflow's SVGP at the same
+    q(u) has the same predictive log density (the closed-form probit predictive).
+    """
+    X, Y, Z = classification_problem(rng)
+    labels = Y.astype(np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DtypeCastWarning)
+        integers = PowerEPSGP((X, labels), kernel(), Z, alpha=0.5, likelihood=likelihood())
+    floats = PowerEPSGP((X, Y), kernel(), Z, alpha=0.5, likelihood=likelihood())
+    assert integers.data[1].dtype == tf.float64
+    for _ in range(3):
+        integers.sweep()
+        floats.sweep()
+    np.testing.assert_array_equal(integers.site_precision.numpy(), floats.site_precision.numpy())
+    np.testing.assert_array_equal(integers.site_shift.numpy(), floats.site_shift.numpy())
+    assert integers.training_loss().numpy() == floats.training_loss().numpy()
+    Xnew = rng.uniform(-3, 3, (6, 1))
+    for got, expected in zip(integers.predict_y(Xnew), floats.predict_y(Xnew)):
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    new_labels = rng.integers(0, 2, (6, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DtypeCastWarning)
+        density = integers.predict_log_density((Xnew, new_labels)).numpy()
+    mean, var = integers.predict_f(Xnew)
+    z = (2 * new_labels - 1) * mean.numpy() / np.sqrt(1 + var.numpy())
+    expected = norm.logcdf(z)[:, 0]
+    if likelihood is gpflow.likelihoods.Bernoulli:  # GPflow's probit: ε + (1 - 2ε) Φ
+        expected = np.log(1e-3 + (1 - 2e-3) * norm.cdf(z))[:, 0]
+    np.testing.assert_allclose(density, expected, rtol=1e-7)
+    q_mu, q_cov = integers.compute_qu()
+    svgp = gpflow.models.SVGP(kernel(), likelihood(), Z, whiten=False, q_diag=False)
+    svgp.q_mu.assign(q_mu)
+    svgp.q_sqrt.assign(np.linalg.cholesky(q_cov.numpy())[None])
+    np.testing.assert_allclose(
+        svgp.predict_log_density((Xnew, new_labels)).numpy(), density, rtol=1e-7
     )
 
 

@@ -358,7 +358,7 @@ def test_free_relaxation_learns_and_needs_full_data(rng):
     before = model.elbo((X, Y)).numpy()
     gpflow_tight.training.fit_scipy(model, (X, Y), maxiter=30, progress=False)
     assert model.elbo((X, Y)).numpy() > before
-    with pytest.raises(tf.errors.InvalidArgumentError, match="whole training set"):
+    with pytest.raises(ValueError, match="whole training set.*relaxation='beta'"):
         model.elbo((X[:10], Y[:10]))
 
 
@@ -413,7 +413,8 @@ def test_cholesky_failure_says_what_to_do(rng):
         model = TightSVGP(kernel(), gpflow.likelihoods.Gaussian(), Z)
         with pytest.raises(gpflow_tight.CholeskyError, match="jitter"):
             model.elbo((X, Y))
-        # the training loss is +inf there (line searches back off); the helpers explain
+        # a training loss is NaN there, as SVGP's (line searches back off); the helpers explain
         assert not np.isfinite(model.training_loss_closure((X, Y), compile=True)().numpy())
-        with pytest.raises(gpflow_tight.TrainingError, match="inducing points"):
+        with pytest.raises(gpflow_tight.TrainingError, match="step 1: .*inducing points") as info:
             gpflow_tight.training.fit_adam(model, (X, Y), iterations=1, progress=False)
+        assert isinstance(info.value.__cause__, gpflow_tight.CholeskyError)
