@@ -487,6 +487,34 @@ class PowerEPPosterior(ConstructorOnly, FusedFromCache):
 # VNNGP: nearest-neighbour conditionals (Wu, Pleiss & Cunningham 2022)
 
 
+@check_shapes(
+    "Z_neighbors: [B, K, D]",
+    "X: [B, D]",
+    "mask: [B, K]",
+    "return: [B, D]",
+)
+def _neighborhood_centres(Z_neighbors: tf.Tensor, X: tf.Tensor, mask: Any = None) -> tf.Tensor:
+    """
+    The origin of each row's neighbourhood for :meth:`VNNGPPosterior.conditional_on_neighbors`:
+    the mean of the neighbours' inputs where ``mask`` is ``True``, or x itself when the row has
+    no neighbour. A stationary kernel depends on :math:`\\mathbf x - \\mathbf x'` only, so
+    translating a neighbourhood by it leaves every kernel value unchanged in exact arithmetic,
+    while the round-off of GPflow's squared distances :math:`\\|\\mathbf x\\|^2 +
+    \\|\\mathbf z\\|^2 - 2\\mathbf x^\\top\\mathbf z` becomes that of the neighbourhood's size
+    rather than of its distance from the origin (docs/float32.md, "Why VNNGP is worse").
+    Centring on x itself would not do: a test input far from the data has its neighbours far
+    from it.
+    """
+    if mask is None:
+        weights = tf.ones_like(Z_neighbors[..., 0])
+    else:
+        weights = tf.cast(mask, Z_neighbors.dtype)
+    count = tf.reduce_sum(weights, axis=-1, keepdims=True)  # [B, 1]
+    total = tf.reduce_sum(weights[..., None] * Z_neighbors, axis=-2)  # [B, D]
+    mean = total / tf.maximum(count, tf.ones_like(count))
+    return tf.where(count > 0, mean, X)
+
+
 class VNNGPPosterior(FusedFromCache):
     """
     The posterior of :class:`~gpflow_tight.VNNGP` (Wu, Pleiss & Cunningham 2022): a product of
@@ -589,12 +617,24 @@ class VNNGPPosterior(FusedFromCache):
         """
         The conditional of :math:`f(\\mathbf x)` on the inducing variables of its neighbours
         (eq. 9, 17-18) for each row x of ``X``: :math:`\\mathbf a = (K_{nn} + \\epsilon
-        I)^{-1}\\mathbf k_{nx}` and :math:`c = k_{xx} - \\mathbf k_{nx}^\\top\\mathbf a`. Entries
-        where ``mask`` is ``False`` are padding: identity rows and columns of :math:`K_{nn}`, no
-        covariance, so their :math:`a` is 0 (the Vecchia prior's :math:`j \\le K`).
+        I)^{-1}\\mathbf k_{nx}` and :math:`c = \\max(k_{xx} - \\mathbf k_{nx}^\\top\\mathbf a,
+        0)`, clipped at 0 where the exact conditional variance lies (the package's round-off
+        policy for residual variances, as :func:`~gpflow_tight.projection.residual_variance`).
+        Entries where ``mask`` is ``False`` are padding: identity rows and columns of
+        :math:`K_{nn}`, no covariance, so their :math:`a` is 0 (the Vecchia prior's :math:`j
+        \\le K`).
+
+        For a stationary kernel (``gpflow.kernels.Stationary``), each row's joint covariance of
+        its neighbours and x is evaluated on the inputs translated by the mean of its unmasked
+        neighbours (by x when it has none): the same matrix in exact arithmetic, without the
+        float32 cancellation of inputs far from the origin (docs/float32.md). Any other kernel
+        sees the inputs as they are.
         """
         Z_neighbors = tf.gather(Z, neighbors)  # [B, K, D]
-        joint = kernel(tf.concat([Z_neighbors, X[:, None, :]], axis=1))  # [B, K+1, K+1]
+        points = tf.concat([Z_neighbors, X[:, None, :]], axis=1)  # [B, K+1, D]
+        if isinstance(kernel, kernels.Stationary):
+            points = points - _neighborhood_centres(Z_neighbors, X, mask)[:, None, :]
+        joint = kernel(points)  # [B, K+1, K+1]
         K_nn, k_nx, k_xx = joint[:, :-1, :-1], joint[:, :-1, -1], joint[:, -1, -1]
         eye = tf.eye(tf.shape(K_nn)[-1], dtype=K_nn.dtype)
         if mask is not None:
@@ -604,7 +644,7 @@ class VNNGPPosterior(FusedFromCache):
         what = "K_nn (the covariance of a point's nearest inducing points)"
         L = checked_cholesky(K_nn + default_jitter() * eye, what)
         a = tf.linalg.cholesky_solve(L, k_nx[..., None])[..., 0]
-        return a, k_xx - tf.reduce_sum(k_nx * a, axis=-1)
+        return a, tf.maximum(k_xx - tf.reduce_sum(k_nx * a, axis=-1), 0.0)
 
     @check_shapes(
         "return[0]: [M, D]",
