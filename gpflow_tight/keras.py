@@ -15,8 +15,16 @@ The dataset yields what ``model.training_loss`` takes (``(X, Y)``, or VNNGP's ``
 neighbours)``). The reported ``loss`` is the mean over the epoch's batches of the negative
 ELBO estimates (GPflow's scale: the whole data set's bound, not per point). ``predict()``
 returns the predictive mean and variance of ``y``.
+
+A fault loses nothing, as in :func:`~gpflow_tight.training.fit_adam`: a step whose loss or
+gradient is not finite (a failed factorisation, a batch with NaN, a diverging step) changes
+nothing, ``fit`` puts the model back to the parameters of the last finite loss and raises a
+:class:`~gpflow_tight.training.TrainingError` with the failing step and Keras's ``History`` of
+the completed epochs.
 """
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -24,6 +32,7 @@ from gpflow.config import default_float
 from gpflow.keras import tf_keras
 from gpflow.models import BayesianModel, ExternalDataTrainingLossMixin
 
+from .training import _apply_if_finite, _cause, _fault, _LastGood, _StepFaultError
 from .validation import cholesky_checks, explain_cholesky_failure
 
 __all__ = ["KerasGPModel"]
@@ -34,6 +43,15 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
     A Keras model around a GPflow model with an external-data training loss. The GPflow model's
     variables are the Keras model's weights, so ``ModelCheckpoint`` and ``save_weights`` store
     them, and the optimiser given to ``compile()`` trains them.
+
+    A step whose loss or gradient is not finite changes nothing and stops ``fit`` (or
+    ``train_on_batch``) with a :class:`~gpflow_tight.training.TrainingError`, raised from the
+    cause (a :class:`~gpflow_tight.CholeskyError` where a factorisation failed), with the model
+    at the parameters of the last finite loss. Its ``step`` is the failing step, counted from 1
+    since ``fit`` began, over all epochs; its ``history`` is Keras's ``History`` (what ``fit``
+    returns) of the completed epochs. An error, not Keras's ``TerminateOnNaN`` (which stops
+    after the step that wrote NaN into the weights) or a warning: training did not end as asked,
+    and the caller hears of it as from the package's other training helpers.
     """
 
     def __init__(self, model: BayesianModel, **kwargs: Any) -> None:
@@ -46,6 +64,7 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         super().__init__(**kwargs)
         self.gp_model = model
         self.loss_tracker = tf_keras.metrics.Mean(name="loss", dtype=default_float())
+        self._last_good: _LastGood | None = None  # made with the train function
 
     def call(self, inputs: Any, training: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
         """
@@ -105,8 +124,11 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         the whole batch.
         """
         loss, weight, gradients = self.weighted_gradients(data)
-        self.optimizer.apply_gradients(zip(gradients, self.gp_model.trainable_variables))
-        self.loss_tracker.update_state(loss, sample_weight=weight)
+        assert self._last_good is not None, "made by make_train_function"
+        variables = self.gp_model.trainable_variables
+        checked = _apply_if_finite(loss, gradients, self.optimizer, variables, self._last_good)
+        with tf.control_dependencies(checked):  # Keras counts the step only if it passed
+            self.loss_tracker.update_state(loss, sample_weight=weight)
         return {"loss": self.loss_tracker.result()}
 
     def test_step(self, data: Any) -> dict[str, tf.Tensor]:
@@ -115,10 +137,61 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         self.loss_tracker.update_state(loss, sample_weight=weight)
         return {"loss": self.loss_tracker.result()}
 
+    def make_train_function(self, force: bool = False) -> Callable[..., Any]:
+        """
+        Keras's train function, which stops at a failed step (see :meth:`_stopping_at_faults`).
+        The copies of the last good parameters are made here, with the function: under the
+        strategy's scope, of the variables that the function trains.
+        """
+        cached: Callable[..., Any] | None = self.train_function  # type: ignore[has-type]
+        if cached is not None and not force:
+            return cached
+        self._last_good = _LastGood(self.gp_model.trainable_variables)
+        train_function = super().make_train_function(force=True)
+
+        def checked_train_function(iterator: Any) -> Any:
+            try:
+                return train_function(iterator)
+            except tf.errors.InvalidArgumentError as error:
+                raise _StepFaultError(error) from error
+
+        self.train_function = checked_train_function
+        return checked_train_function
+
+    @contextlib.contextmanager
+    def _stopping_at_faults(self) -> Iterator[None]:
+        """
+        Turn a failed step into a :class:`~gpflow_tight.training.TrainingError` raised from its
+        cause, with the model put back to the parameters of the last finite loss. (Outside
+        Keras's ``fit``, whose traceback filter re-raises errors ``from None``.)
+        """
+        try:
+            yield
+        except _StepFaultError as fault:
+            assert self._last_good is not None
+            step = int(self._train_counter.numpy()) + 1  # the steps that passed, + 1
+            self._last_good.restore()
+            raise _fault(
+                "KerasGPModel.fit",
+                step,
+                fault.error,
+                self.history,
+                history_holds="the logs of the completed epochs (Keras's `History`)",
+            ) from _cause(fault.error)
+
     def fit(self, *args: Any, **kwargs: Any) -> Any:
-        """Keras's ``fit``; a failed Cholesky factorisation raises a helpful ``CholeskyError``."""
-        with explain_cholesky_failure():
+        """
+        Keras's ``fit``. A failed training step raises a
+        :class:`~gpflow_tight.training.TrainingError` (see the class); a failed Cholesky
+        factorisation elsewhere (validation data) a helpful ``CholeskyError``.
+        """
+        with self._stopping_at_faults(), explain_cholesky_failure():
             return super().fit(*args, **kwargs)
+
+    def train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
+        """Keras's ``train_on_batch``, which stops at a fault as ``fit`` does."""
+        with self._stopping_at_faults():
+            return super().train_on_batch(*args, **kwargs)
 
 
 def _scale_gradient(gradient: Any, weight: tf.Tensor) -> Any:

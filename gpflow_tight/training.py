@@ -53,7 +53,8 @@ class TrainingError(RuntimeError):
 
     :ivar step: the step (iteration) that failed, counted from 1.
     :ivar history: the losses of the steps before it (for the Power-EP helpers, the
-        :class:`PowerEPTrace`); ``history[-1]`` is the loss at the restored parameters.
+        :class:`PowerEPTrace`); ``history[-1]`` is the loss at the restored parameters. For
+        :class:`~gpflow_tight.keras.KerasGPModel`, Keras's ``History`` of the completed epochs.
     :ivar result: scipy's ``OptimizeResult`` for :func:`fit_scipy` when scipy returned one,
         otherwise ``None``.
     """
@@ -88,21 +89,25 @@ def _reason(error: BaseException | None) -> str:
 
 
 def _fault(
-    name: str, step: int, error: BaseException | None, history: Any, result: Any = None
+    name: str,
+    step: int,
+    error: BaseException | None,
+    history: Any,
+    result: Any = None,
+    history_holds: str = "the losses so far",
 ) -> TrainingError:
     kept = (
         "its starting point"
         if step == 1
-        else f"the parameters of the last finite loss (step {step - 1}'s, `error.history[-1]`)"
+        else f"the parameters of the last finite loss (step {step - 1}'s)"
     )
-    fault = TrainingError(
-        f"{name} stopped at step {step}: {_reason(error)} The model holds {kept}; the losses so "
-        "far are in `error.history`.",
+    return TrainingError(
+        f"{name} stopped at step {step}: {_reason(error)} The model holds {kept}; "
+        f"{history_holds} are in `error.history`.",
         step,
         history,
         result,
     )
-    return fault
 
 
 def _cause(error: BaseException | None) -> BaseException | None:
@@ -113,7 +118,10 @@ def _cause(error: BaseException | None) -> BaseException | None:
 
 
 class _StepFaultError(Exception):
-    """Raised inside scipy's callback to end a run at a fault (``error``: TensorFlow's, or None)."""
+    """
+    Raised inside scipy's callback or Keras's train function to end a run at a fault, past code
+    that would drop its cause (``error``: TensorFlow's, or None).
+    """
 
     def __init__(self, error: BaseException | None) -> None:
         super().__init__()
@@ -129,8 +137,16 @@ class _LastGood:
 
     def __init__(self, variables: Sequence[tf.Variable]) -> None:
         self.variables = tuple(variables)
+        # under a tf.distribute strategy, every replica holds the same values: the first saves
         self.copies = tuple(
-            tf.Variable(v, trainable=False, shape=v.shape, name="last_good") for v in self.variables
+            tf.Variable(
+                v,
+                trainable=False,
+                shape=v.shape,
+                name="last_good",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+            for v in self.variables
         )
 
     def save(self) -> list[Any]:
@@ -163,11 +179,54 @@ def _checked_step(
     with tf.GradientTape() as tape, cholesky_checks(True):
         loss = loss_fn()
     gradients = tape.gradient(loss, variables)
+    _apply_if_finite(loss, gradients, optimizer, variables, last_good)
+    return loss
+
+
+def _apply_if_finite(
+    loss: tf.Tensor,
+    gradients: Sequence[Any],
+    optimizer: Any,
+    variables: Sequence[tf.Variable],
+    last_good: _LastGood,
+) -> list[Any]:
+    """
+    Apply ``gradients`` only if they and ``loss`` are finite (else the step fails), after saving
+    in ``last_good`` the point where ``loss`` was computed. Returns the saving ops, which run only
+    if the check passed: later updates that must not happen on a failed step depend on them.
+    """
     with tf.control_dependencies([_assert_finite(loss, gradients)]):
         saved = last_good.save()
     with tf.control_dependencies(saved):
         optimizer.apply_gradients(zip(gradients, variables))
-    return loss
+    return saved
+
+
+class _WatchedScipy(gpflow.optimizers.Scipy):  # type: ignore[misc]
+    """
+    GPflow's Scipy optimiser, watching the points scipy evaluates: ``best`` is the point of the
+    lowest finite loss so far, ``failed`` the last point after it whose loss was not finite
+    (``None`` if there is none). A run that ends at ``best`` with ``failed`` set stopped because
+    trial points failed, not because it converged.
+    """
+
+    best: np.ndarray = np.empty(0)
+    failed: np.ndarray | None = None
+
+    def eval_func(self, *args: Any, **kwargs: Any) -> Callable[[np.ndarray], Any]:
+        evaluate = super().eval_func(*args, **kwargs)
+        lowest = np.inf
+
+        def watched(x: np.ndarray) -> Any:
+            nonlocal lowest
+            loss, gradient = evaluate(x)
+            if not np.isfinite(loss):
+                self.failed = np.array(x)
+            elif loss < lowest:
+                lowest, self.best, self.failed = loss, np.array(x), None
+            return loss, gradient
+
+        return watched
 
 
 def _training_loss(model: gpflow.models.BayesianModel, data: Any, helper: str) -> Any:
@@ -196,10 +255,15 @@ def fit_scipy(
     Minimise ``model.training_loss`` with L-BFGS-B (``gpflow.optimizers.Scipy``), leaving the
     model at the optimiser's final point.
 
-    Where a factorisation fails at a trial point of the line search, the loss is NaN and the line
-    search backs off, as with GPflow's models. If the run nevertheless ends at, or accepts, a
-    point whose loss is not finite, the model is put back to the last accepted iterate with a
-    finite loss and a :class:`TrainingError` is raised (its ``result`` is scipy's result).
+    Where a factorisation fails at a trial point of the line search, the loss is ``+inf``, which
+    BFGS's line search backs off from. L-BFGS-B's (measured with scipy 1.17) does not: it ends
+    the run at the iterate before the failed trial point with ``success == True``. So a run that
+    ends at the point before a failed trial point is reported as it is: if it moved from its
+    starting point, ``result.success`` is set to ``False`` and ``result.message`` says what
+    happened (the model holds that iterate, a point with a finite loss); if it never moved, a
+    :class:`TrainingError` is raised. If the run ends at, or accepts, a point whose loss is not
+    finite, the model is put back to the last accepted iterate with a finite loss and a
+    :class:`TrainingError` is raised. Each ``TrainingError`` has scipy's result as ``result``.
 
     :param data: the full training data for models that take it (e.g. SVGP); ``None`` for
         models that hold their data (SGPR, TightSGPR), which refuse it.
@@ -234,9 +298,23 @@ def fit_scipy(
             raise _StepFaultError(None)
         return value
 
+    def failure() -> BaseException | None:
+        """Why the loss at the model's point is not finite (None: not a failed check)."""
+        try:
+            checked_loss()
+        except _StepFaultError as fault:
+            return fault.error
+        return None
+
     def restore() -> None:
         for variable, value in zip(variables, last_good):
             variable.assign(value)
+
+    def move_to(x: np.ndarray) -> None:
+        """Put the model at scipy's point ``x``."""
+        _WatchedScipy.assign_tensors(
+            variables, _WatchedScipy.unpack_tensors(variables, tf.convert_to_tensor(x))
+        )
 
     with tqdm(total=maxiter, desc=type(model).__name__, disable=not progress) as bar:
 
@@ -251,8 +329,10 @@ def fit_scipy(
             if step_callback is not None:
                 step_callback(step + 1, history[-1])
 
+        optimizer = _WatchedScipy()
+        start = optimizer.initial_parameters(variables).numpy()
         try:
-            result = gpflow.optimizers.Scipy().minimize(
+            result = optimizer.minimize(
                 loss,
                 variables,
                 options=dict(maxiter=maxiter),
@@ -264,17 +344,40 @@ def fit_scipy(
             raise _fault(name, len(history) + 1, fault.error, history) from _cause(fault.error)
         result.history = history
         if not np.isfinite(result.fun):  # stopped where the loss is not finite: say why
-            try:
-                checked_loss()
-                error: BaseException | None = None
-            except _StepFaultError as fault:
-                error = fault.error
+            error = failure()
             restore()
             raise _fault(name, len(history) + 1, error, history, result) from _cause(error)
+        if optimizer.failed is not None and np.array_equal(result.x, optimizer.best):
+            # stopped at the point before a failed trial point: why did that one fail?
+            move_to(optimizer.failed)
+            error = failure()
+            move_to(result.x)
+            if np.array_equal(result.x, start):
+                raise _no_progress(history, result, error) from _cause(error)
+            result.success = False
+            result.message = (
+                f"STOPPED AT A FAILED TRIAL POINT, NOT CONVERGED: at the last point that the "
+                f"line search tried: {_reason(error)} The line search did not back off from it, "
+                f"and the run ended at the iterate before it (scipy: {result.message})"
+            )
         bar.set_postfix_str(
             f"loss={result.fun:.4g}, {'converged' if result.success else 'NOT converged'}"
         )
     return result
+
+
+def _no_progress(history: list[float], result: Any, error: BaseException | None) -> TrainingError:
+    return TrainingError(
+        "fit_scipy made no progress: every point that scipy's line search tried beyond the "
+        f"starting point failed, and scipy ended at the start ({result.message}). At the last "
+        f"point tried: {_reason(error)} The model holds its starting point; the losses so far "
+        "are in `error.history`. If that does not help, start from other parameter values, or "
+        "take smaller first steps (a few `fit_adam` steps with a small learning rate, then "
+        "`fit_scipy`).",
+        len(history) + 1,
+        history,
+        result,
+    )
 
 
 def minibatches(data: tuple[np.ndarray, ...], batch_size: int, seed: int = 0) -> tf.data.Dataset:

@@ -23,8 +23,8 @@ Where the checks run:
 Messages that go into TensorFlow ops are ASCII (:func:`ascii_message`; :func:`graph_message`
 for assertions, whose messages TensorFlow prints escaped): ``K_uu⁻¹`` would otherwise reach the
 user as ``K_uu\\xe2\\x81\\xbb\\xc2\\xb9``. Failed Cholesky factorisations are not data checks:
-inside a training objective they give a non-finite loss (:func:`training_objective`), so that
-line searches can back off; bad data always raises.
+inside a training objective they give a non-finite loss (:func:`training_objective`), which an
+optimiser can handle; bad data always raises.
 """
 
 import contextlib
@@ -183,8 +183,9 @@ def cholesky_checks(enabled: bool) -> Iterator[None]:
 def training_objective() -> Iterator[None]:
     """
     The context of a model's ``training_loss``: a failed factorisation gives a non-finite loss,
-    as in GPflow's models, so that a line search (scipy's L-BFGS-B, BFGS) backs off and carries
-    on; unless :func:`cholesky_checks` asked for checks (the training helpers of
+    as in GPflow's models (the models' ``training_loss`` reports it as ``+inf``:
+    :class:`~gpflow_tight.models.base.InfiniteLossOnCholeskyFailure`); unless
+    :func:`cholesky_checks` asked for checks (the training helpers of
     :mod:`gpflow_tight.training` do, to stop with advice). Data checks are not affected: bad
     data always raises.
     """

@@ -9,8 +9,11 @@ from gpflow.models import ExternalDataTrainingLossMixin
 
 from gpflow_tight import TightSVGP
 from gpflow_tight.keras import KerasGPModel
+from gpflow_tight.models.base import InfiniteLossOnCholeskyFailure
+from gpflow_tight.training import TrainingError
 from gpflow_tight.validation import CholeskyError
 from tests.model_zoo import MODEL_FACTORIES
+from tests.test_training import DefinedBelowTwo, toy_data
 
 
 def external_data_models():
@@ -101,14 +104,106 @@ def test_models_that_hold_their_data_are_refused():
 
 
 def test_a_failed_cholesky_is_explained():
+    """A factorisation that fails at the first step: nothing changes, and the error advises."""
     X = np.linspace(0, 1, 20)[:, None]
     model = TightSVGP(
         gpflow.kernels.SquaredExponential(lengthscales=1e4),
         gpflow.likelihoods.Gaussian(),
         np.zeros((3, 1)),  # coincident inducing points
     )
+    start = [v.numpy() for v in model.trainable_variables]
     keras_model = KerasGPModel(model)
     keras_model.compile(optimizer=tf_keras.optimizers.Adam(0.01))
     with gpflow.config.as_context(gpflow.config.Config(jitter=0.0)):
-        with pytest.raises(CholeskyError, match="jitter"):
+        with pytest.raises(TrainingError, match="^KerasGPModel.fit stopped at step 1: ") as info:
             keras_model.fit(batches((X, np.sin(X))), epochs=1, verbose=0)
+    assert "jitter" in str(info.value) and "The model holds its starting point" in str(info.value)
+    assert isinstance(info.value.__cause__, CholeskyError)
+    assert info.value.step == 1 and info.value.history.history == {}
+    for got, expected in zip(model.trainable_variables, start):
+        np.testing.assert_array_equal(got.numpy(), expected)
+
+
+class _SVGPDefinedBelowTwo(DefinedBelowTwo, InfiniteLossOnCholeskyFailure, gpflow.models.SVGP):
+    pass
+
+
+def _defined_below_two():
+    """SVGP with q(u) started near the data, so that Adam raises v steadily towards 2."""
+    Z = np.linspace(-3, 3, 5)[:, None]
+    model = _SVGPDefinedBelowTwo(
+        gpflow.kernels.SquaredExponential(variance=1.8),
+        gpflow.likelihoods.Gaussian(0.5),
+        Z,
+        num_data=40,
+        whiten=False,
+        q_mu=3 * np.sin(2 * Z),
+    )
+    return model, toy_data(np.random.default_rng(0))
+
+
+def _reference_fault(model, dataset, steps, learning_rate):
+    """
+    Plain Adam steps until the first non-finite loss: its step (from 1), and the parameters and
+    loss where the step before it computed its loss.
+    """
+    optimizer = tf_keras.optimizers.Adam(learning_rate)
+    variables = model.trainable_variables
+    kept, kept_loss = None, None
+    for step, batch in enumerate(list(dataset) * steps, start=1):
+        loss = model.training_loss(batch).numpy()
+        if not np.isfinite(loss):
+            return step, kept, kept_loss
+        kept, kept_loss = [v.numpy() for v in variables], loss
+        optimizer.minimize(lambda batch=batch: model.training_loss(batch), variables)
+    raise AssertionError("no fault")
+
+
+@pytest.mark.parametrize("fault", ["factorisation", "NaN"])
+def test_a_fault_mid_training_puts_the_model_back(fault):
+    """
+    A step that fails (the factorisation of [[1, v/2], [v/2, 1]] once Adam takes v past 2, or a
+    batch with NaN in Y for GPflow's SVGP, whose loss is NaN there) stops fit with the model at
+    the parameters where the step before it computed its loss, as a plain Adam loop finds them,
+    and Keras's History of the completed epochs.
+    """
+    if fault == "factorisation":
+        make, learning_rate = _defined_below_two, 0.1
+        cause, reason = CholeskyError, r"Cholesky decomposition was not successful for \[\[1, v/2"
+    else:
+
+        def make():
+            model, (X, Y) = _defined_below_two()
+            svgp = gpflow.models.SVGP(
+                model.kernel, model.likelihood, model.inducing_variable, num_data=40
+            )
+            Y = Y.copy()
+            Y[25] = np.nan  # the third batch of ten
+            return svgp, (X, Y)
+
+        learning_rate = 0.01
+        cause, reason = tf.errors.InvalidArgumentError, "the loss or its gradient is NaN or inf"
+    reference, data = make()
+    dataset = batches(data, 10)  # four steps an epoch
+    step, kept, kept_loss = _reference_fault(reference, dataset, 10, learning_rate)
+    assert step == {"factorisation": 16, "NaN": 3}[fault]  # in the fourth and the first epoch
+
+    model, data = make()
+    keras_model = KerasGPModel(model)
+    keras_model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate))
+    with pytest.raises(
+        TrainingError, match=f"^KerasGPModel.fit stopped at step {step}: {reason}"
+    ) as info:
+        keras_model.fit(dataset, epochs=10, verbose=0)
+    error = info.value
+    assert isinstance(error.__cause__, cause)
+    assert isinstance(error.__cause__, CholeskyError) == (fault == "factorisation")
+    assert error.step == step
+    assert f"the parameters of the last finite loss (step {step - 1}'s)" in str(error)
+    completed = (step - 1) // 4
+    assert error.history is keras_model.history and error.history.epoch == list(range(completed))
+    assert len(error.history.history.get("loss", [])) == completed
+    for got, expected in zip(model.trainable_variables, kept):
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-11, atol=1e-13)
+    batch = list(dataset)[(step - 2) % 4]  # the batch of the last finite loss
+    np.testing.assert_allclose(model.training_loss(batch).numpy(), kept_loss, rtol=1e-11)

@@ -14,7 +14,7 @@ from gpflow_tight.training import (
     minibatches,
     run_power_ep,
 )
-from gpflow_tight.validation import checked_cholesky
+from gpflow_tight.validation import CholeskyError, checked_cholesky
 from tests.model_zoo import MODEL_FACTORIES
 
 
@@ -117,6 +117,14 @@ def test_fit_scipy_external_data(rng):
 # ---- faults: the helpers lose nothing -------------------------------------------------------
 
 
+def variance_factor(model) -> tf.Tensor:
+    """The Cholesky factor of [[1, v/2], [v/2, 1]] (v the kernel variance): NaN unless v < 2."""
+    half = model.kernel.variance / 2
+    one = tf.ones_like(half)
+    matrix = tf.stack([tf.stack([one, half]), tf.stack([half, one])])
+    return checked_cholesky(matrix, "[[1, v/2], [v/2, 1]]")
+
+
 class _IndefiniteAboveTwo(InfiniteLossOnCholeskyFailure, gpflow.models.GPR):
     """
     GPR whose objective also needs the Cholesky factor of [[1, v/2], [v/2, 1]] (v the kernel
@@ -125,27 +133,47 @@ class _IndefiniteAboveTwo(InfiniteLossOnCholeskyFailure, gpflow.models.GPR):
     """
 
     def maximum_log_likelihood_objective(self) -> tf.Tensor:
-        half = self.kernel.variance / 2
-        one = tf.ones_like(half)
-        matrix = tf.stack([tf.stack([one, half]), tf.stack([half, one])])
-        factor = checked_cholesky(matrix, "[[1, v/2], [v/2, 1]]")
-        logdet = 2 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(factor)))
+        logdet = 2 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(variance_factor(self))))
         return super().maximum_log_likelihood_objective() + logdet
 
 
-def _indefinite_above_two(rng, variance=1.0):
+class DefinedBelowTwo:
+    """
+    Mixin for a GPflow model with a kernel variance v: its objective where the factor of
+    :func:`variance_factor` exists (v < 2), NaN beyond, so that the training loss is +inf there
+    (or, with the training helpers' checks, the factorisation fails with advice). Unlike
+    ``_IndefiniteAboveTwo``'s log-determinant, nothing in it pulls v back from 2: with data that
+    ask for a larger v, the steps along the gradient cross into the failed region.
+    """
+
+    def maximum_log_likelihood_objective(self, *data) -> tf.Tensor:
+        objective = super().maximum_log_likelihood_objective(*data)
+        exists = tf.reduce_all(tf.math.is_finite(variance_factor(self)))
+        return tf.where(exists, objective, tf.constant(np.nan, objective.dtype))
+
+
+class _GPRDefinedBelowTwo(DefinedBelowTwo, InfiniteLossOnCholeskyFailure, gpflow.models.GPR):
+    pass
+
+
+def toy_data(rng):
     X = rng.uniform(-3, 3, (40, 1))
-    Y = 3 * np.sin(2 * X) + 0.1 * rng.standard_normal((40, 1))
+    return X, 3 * np.sin(2 * X) + 0.1 * rng.standard_normal((40, 1))  # asks for v near 9
+
+
+def _indefinite_above_two(rng, variance=1.0, model_class=_IndefiniteAboveTwo):
     kernel = gpflow.kernels.SquaredExponential(variance=variance)
-    return _IndefiniteAboveTwo((X, Y), kernel, noise_variance=0.5)
+    return model_class(toy_data(rng), kernel, noise_variance=0.5)
 
 
 @pytest.mark.parametrize("method", ["L-BFGS-B", "BFGS"])
 def test_fit_scipy_backs_off_from_a_failed_factorisation(rng, method):
     """
-    The training loss is +inf where the factorisation fails, so both line searches reject those
-    trial points and the run ends at a point with a finite loss (with NaN there, as GPflow's
-    models give, both methods end at a NaN point with these scipy versions).
+    The training loss is +inf where the factorisation fails, so the run ends at a point with a
+    finite loss (with NaN there, as GPflow's models give, both methods end at a NaN point with
+    these scipy versions). BFGS's line search backs off and converges (zero gradient);
+    L-BFGS-B's does not back off from its failed trial point and ends at the iterate before it,
+    claiming convergence where the gradient is far from zero: fit_scipy reports it unconverged.
     """
     model = _indefinite_above_two(rng)
     losses = []
@@ -157,6 +185,61 @@ def test_fit_scipy_backs_off_from_a_failed_factorisation(rng, method):
     np.testing.assert_allclose(result.fun, model.training_loss().numpy(), rtol=1e-12)
     assert losses == result.history and len(losses) == result.nit > 0
     assert result.fun < result.history[0]
+    if method == "BFGS":
+        assert result.success, result.message
+        np.testing.assert_allclose(result.jac, 0.0, atol=1e-4)
+    else:
+        assert not result.success
+        assert result.message.startswith("STOPPED AT A FAILED TRIAL POINT, NOT CONVERGED: ")
+        assert "for [[1, v/2], [v/2, 1]]" in result.message
+        assert "(scipy: CONVERGENCE: " in result.message  # what scipy claimed
+        assert np.max(np.abs(result.jac)) > 1.0
+
+
+@pytest.mark.parametrize("method", ["L-BFGS-B", "BFGS"])
+def test_fit_scipy_that_cannot_leave_its_start_says_so(rng, method):
+    """
+    Started just inside the region where the factorisation exists (v = 2 - 1e-9, the boundary
+    at v = 2), with data that ask for v near 9 and nothing pulling v back, every point scipy
+    tries beyond the start fails: L-BFGS-B returns to the start and reports convergence after
+    one iteration, BFGS reports a loss of precision after none. Both are a TrainingError, with
+    the model at its start.
+    """
+    model = _indefinite_above_two(rng, variance=2 - 1e-9, model_class=_GPRDefinedBelowTwo)
+    start = [v.numpy() for v in model.trainable_variables]
+    start_loss = model.training_loss().numpy()
+    assert np.isfinite(start_loss)
+    with pytest.raises(TrainingError, match="^fit_scipy made no progress: ") as info:
+        fit_scipy(model, progress=False, method=method)
+    error = info.value
+    assert "At the last point tried: Cholesky decomposition was not successful for [[1, v/2]" in (
+        str(error)
+    )
+    assert "The model holds its starting point" in str(error)
+    assert "start from other parameter values, or take smaller first steps" in str(error)
+    assert isinstance(error.__cause__, CholeskyError)
+    assert isinstance(error.result, scipy.optimize.OptimizeResult)
+    assert error.result.nit <= 1 and error.result.nfev > 2
+    np.testing.assert_array_equal(error.result.x, np.concatenate([v.ravel() for v in start]))
+    assert error.step == len(error.history) + 1
+    np.testing.assert_allclose(error.history, [start_loss] * len(error.history), rtol=1e-12)
+    for got, expected in zip(model.trainable_variables, start):
+        np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_fit_scipy_converging_at_once_is_not_flagged(rng):
+    """
+    Started at its optimum, L-BFGS-B ends at once without moving, as in the no-progress case,
+    but no trial point failed: a converged run (zero gradient), not an error.
+    """
+    model = _gpr(rng)
+    first = fit_scipy(model, progress=False)
+    again = fit_scipy(model, progress=False)
+    assert first.success and again.success, again.message
+    assert again.nit <= 1
+    np.testing.assert_array_equal(again.x, first.x)
+    np.testing.assert_allclose(again.fun, first.fun, rtol=1e-12)
+    np.testing.assert_allclose(again.jac, 0.0, atol=1e-4)
 
 
 def test_fit_scipy_from_a_point_where_the_factorisation_fails_loses_nothing(rng):

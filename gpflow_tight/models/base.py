@@ -14,10 +14,11 @@ class InfiniteLossOnCholeskyFailure:
     """
     Mixin for GPflow models: where a Cholesky factorisation fails, ``training_loss`` (and so
     GPflow's ``training_loss_closure``, compiled as GPflow compiles it) is ``+inf`` instead of an
-    error, so that optimisers with a line search back off and carry on. GPflow's own models give
-    NaN there; scipy's line searches cannot back off from NaN (L-BFGS-B and BFGS both end at the
-    NaN point), while a larger-than-any loss is rejected like any other bad trial point, so a
-    NaN loss is reported as ``+inf`` (its gradient stays non-finite). Everywhere else
+    error, which an optimiser can handle. GPflow's own models give NaN there, and scipy's L-BFGS-B
+    and BFGS both end a run at the NaN point. With ``+inf``, BFGS's line search backs off and
+    carries on, and L-BFGS-B's (scipy 1.17) ends the run at the last finite iterate, which
+    :func:`~gpflow_tight.training.fit_scipy` reports as not converged. The gradient there stays
+    non-finite. Everywhere else
     (predictions, ``elbo()`` called directly, the training helpers of
     :mod:`gpflow_tight.training`) the failure raises a :class:`~gpflow_tight.CholeskyError`
     that says what to do.
