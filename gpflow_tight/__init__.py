@@ -25,7 +25,7 @@ from .models import __all__ as _models
 from .orthogonal import OrthogonalInducingVariables
 from .tilted import exact_probit
 from .training import TrainingError
-from .validation import CholeskyError
+from .validation import CholeskyError, DtypeCastWarning
 
 __version__ = "0.1.0"
 
@@ -36,6 +36,7 @@ __all__ = [
     "ExactProbit",
     "exact_probit",
     "CholeskyError",
+    "DtypeCastWarning",
     "TrainingError",
     "covariances",
     "inducing_variables",

@@ -57,6 +57,7 @@ __all__ = [
     "checks_arguments",
     "check_input_dim",
     "check_inducing_variable",
+    "check_kernel",
     "check_num_data",
     "check_noise_variance",
     "check_positive",
@@ -543,6 +544,45 @@ def check_inducing_variable(inducing_variable: Any, name: str = "inducing_variab
         error = _nonfinite_error(name, array, "replace them with finite inducing inputs")
         if error is not None:
             raise error
+
+
+def _kernel_parts(kernel: Any) -> Iterator[Any]:
+    """``kernel`` and every kernel inside it (sums, products, multi-output and wrapped kernels)."""
+    yield kernel
+    for attribute in ("kernels", "latent_kernels"):
+        for part in getattr(kernel, attribute, None) or ():
+            yield from _kernel_parts(part)
+    for attribute in ("kernel", "base_kernel"):
+        part = getattr(kernel, attribute, None)
+        if isinstance(part, tf.Module):
+            yield from _kernel_parts(part)
+
+
+def check_kernel(kernel: Any, input_dim: int | None, name: str = "kernel") -> None:
+    """
+    A kernel's ARD parameters (the lengthscales of a stationary kernel, the variances of a linear
+    one) have one entry per input column the kernel reads (``active_dims``, else all
+    ``input_dim``): a ``ValueError`` naming ``name`` otherwise, where TensorFlow would fail later
+    with a broadcast error.
+    """
+    if input_dim is None:
+        return
+    for part in _kernel_parts(kernel):
+        parameter = getattr(part, "lengthscales", None)
+        label = "lengthscales"
+        if parameter is None:
+            parameter, label = getattr(part, "variance", None), "variance"
+        if not getattr(part, "ard", False) or parameter is None:
+            continue
+        active = getattr(part, "active_dims", slice(None))
+        columns = len(range(input_dim)[active]) if isinstance(active, slice) else len(active)
+        if int(parameter.shape[-1]) != columns:
+            raise ValueError(
+                f"{_quoted(name)}: the {type(part).__name__} kernel has {parameter.shape[-1]} "
+                f"{label} (one per input dimension, ARD) but reads {columns} input columns "
+                f"(the inputs have D = {input_dim}); give it {columns} {label}, a single one, or "
+                "select its columns with `active_dims`."
+            )
 
 
 class _CheckedBatch(tuple):  # type: ignore[type-arg]

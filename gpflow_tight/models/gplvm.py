@@ -31,6 +31,7 @@ from ..validation import (
     as_checked_batch,
     check_batch,
     check_inducing_variable,
+    check_kernel,
     check_noise_variance,
     checked_batch,
     checked_cholesky,
@@ -48,12 +49,13 @@ __all__ = ["TightBayesianGPLVM", "TVBGPLVM", "MinibatchBayesianGPLVM"]
 
 
 def _checked_latent(
-    data: Any, X_data_mean: Any, X_data_var: Any, inducing_variable: Any = None
+    data: Any, X_data_mean: Any, X_data_var: Any, kernel: Any, inducing_variable: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     A GPLVM's observations ``data`` [N, P] and initial :math:`q(X)` (``X_data_mean``,
-    ``X_data_var`` [N, Q]), checked and cast to GPflow's default float, and its inducing
-    variables checked (finite, Q columns) before GPflow wraps them.
+    ``X_data_var`` [N, Q]), checked and cast to GPflow's default float, its kernel's ARD
+    parameters checked against Q, and its inducing variables checked (finite, Q columns) before
+    GPflow wraps them.
     """
     Y = checked_matrix(data, "data", "P")
     mean = checked_matrix(X_data_mean, "X_data_mean", "Q")
@@ -70,6 +72,7 @@ def _checked_latent(
         )
     if np.any(var <= 0):
         raise ValueError("`X_data_var` must hold finite, strictly positive variances.")
+    check_kernel(kernel, mean.shape[1], "kernel")
     if inducing_variable is not None:
         check_inducing_variable(inducing_variable)
         width = inducing_input_dim(inducing_variable)
@@ -253,7 +256,7 @@ class TightBayesianGPLVM(
         num_samples: int | None = None,
     ) -> None:
         data, X_data_mean, X_data_var = _checked_latent(
-            data, X_data_mean, X_data_var, inducing_variable
+            data, X_data_mean, X_data_var, kernel, inducing_variable
         )
         chosen = _gplvm_relaxation(relaxation, num_samples, self._relaxations, type(self).__name__)
         _warn_low_precision(type(self).__name__)
@@ -505,6 +508,7 @@ class MinibatchBayesianGPLVM(
             np.zeros((num_data, num_outputs), default_float()),
             X_data_mean,
             X_data_var,
+            kernel,
             inducing_variable,
         )
         check_noise_variance(noise_variance)

@@ -30,6 +30,7 @@ from ..posteriors import PowerEPPosterior
 from ..validation import (
     check_inducing_variable,
     check_input_dim,
+    check_kernel,
     check_noise_variance,
     check_regression_data,
     checked_batch,
@@ -205,6 +206,7 @@ class PowerEPSGP(
         X, Y = check_regression_data(data)
         check_noise_variance(noise_variance)
         check_inducing_variable(inducing_variable)  # before GPflow wraps it
+        check_kernel(kernel, X.shape[1])
         if num_latent_gps is not None and num_latent_gps != Y.shape[1]:
             raise ValueError(
                 f"`num_latent_gps` must equal the number of columns of Y ({Y.shape[1]}): the "

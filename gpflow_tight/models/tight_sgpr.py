@@ -27,6 +27,7 @@ from ..relaxation import Relaxation, as_relaxation
 from ..validation import (
     check_inducing_variable,
     check_input_dim,
+    check_kernel,
     check_noise_variance,
     check_regression_data,
     checked_batch,
@@ -119,6 +120,7 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
         check_inducing_variable(inducing_variable)
         super().__init__(held_data(data, (X, Y)), kernel, inducing_variable, **kwargs)
         check_input_dim(X.shape, inducing_input_dim(self.inducing_variable), "data X")
+        check_kernel(kernel, X.shape[1])
         relaxation = self._default_relaxation if relaxation is None else relaxation
         variance = getattr(self.likelihood, "variance", None)
         if relaxation == "beta" and beta is None and isinstance(variance, Parameter):

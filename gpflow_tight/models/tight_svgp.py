@@ -24,6 +24,7 @@ from ..projection import marginals_with_residual, project
 from ..relaxation import Relaxation, as_relaxation, conditional_relaxation_term
 from ..validation import (
     check_inducing_variable,
+    check_kernel,
     check_num_data,
     checked_batch,
     checked_inputs,
@@ -136,6 +137,7 @@ class RelaxedSVGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, SVGP):
         check_num_data(kwargs.get("num_data"))
         check_inducing_variable(inducing_variable)
         super().__init__(kernel, likelihood, inducing_variable, **kwargs)
+        check_kernel(kernel, inducing_input_dim(self.inducing_variable))
         self._independent_latents, self._mixes_latents = self._latent_structure()
         relaxation = self._default_relaxation if relaxation is None else relaxation
         if relaxation == "beta" and beta is None:

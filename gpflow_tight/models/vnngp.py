@@ -21,6 +21,7 @@ from gpflow.utilities import positive
 from ..neighbors import graph_nearest_neighbors, nearest_neighbors, sequential_nearest_neighbors
 from ..posteriors import VNNGPPosterior
 from ..validation import (
+    check_kernel,
     check_num_data,
     check_regression_data,
     checked_batch,
@@ -168,6 +169,7 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         else:
             Z = np.asarray(inducing_variable, dtype=float)
         _check_inducing_inputs(Z)
+        check_kernel(kernel, Z.shape[1])
         num_inducing = len(Z)
         self.num_neighbors = _check_count(num_neighbors, "num_neighbors", num_inducing - 1)
         self.num_neighbors_predict = _check_count(

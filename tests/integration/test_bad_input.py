@@ -17,6 +17,7 @@ No outcome may be silent (NaN or garbage without an error), and no message may b
 
 import functools
 import re
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,8 +77,8 @@ RAW = (
 )
 
 
-def kernel() -> gpflow.kernels.Kernel:
-    return gpflow.kernels.SquaredExponential(lengthscales=0.8)
+def kernel(lengthscales: Any = 0.8) -> gpflow.kernels.Kernel:
+    return gpflow.kernels.SquaredExponential(lengthscales=lengthscales)
 
 
 def gaussian() -> gpflow.likelihoods.Likelihood:
@@ -147,7 +148,7 @@ def _vnngp(X: Any, Y: Any, Z: Any, **kwargs: Any) -> Any:
     Z = X if Z is Z_U else Z
     if np.ndim(kwargs.get("q_sqrt", [[]])) == 0:  # a standard deviation for every q(u_j)
         kwargs["q_sqrt"] = np.full((len(Z), 1), kwargs["q_sqrt"])
-    k = gpflow.kernels.SquaredExponential(lengthscales=0.3)
+    k = kernel(0.3)
     return gt.VNNGP(k, gaussian(), Z, 3, **{"num_data": len(X), **kwargs})
 
 
@@ -428,6 +429,19 @@ def test_construction(name, case):
         assert_predicts_as_peer(name, model, X_case, Y_case, Z)
 
 
+@pytest.mark.parametrize("name", list(SPECS))
+def test_ard_kernel_must_match_the_inputs(name, monkeypatch):
+    """Two ARD lengthscales for one input column: refused at construction, naming `kernel`."""
+    spec = SPECS[name]
+    monkeypatch.setattr(sys.modules[__name__], "kernel", lambda value=0.8: kernel_2d(value))
+    call = functools.partial(spec.build, *spec.data(), Z_U)
+    assert_refused(call, spec, refused("`kernel`", "2 lengthscales", "reads 1 input column"))
+
+
+def kernel_2d(lengthscale: float) -> gpflow.kernels.Kernel:
+    return gpflow.kernels.SquaredExponential(lengthscales=[lengthscale, lengthscale])
+
+
 NUM_DATA_MODELS = [n for n in EXTERNAL if n != "MinibatchBayesianGPLVM"]
 
 
@@ -638,3 +652,27 @@ def test_a_message_through_a_compiled_function_is_ascii():
         with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape("K_uu^-1")) as info:
             predict(X_NEW)
     assert str(info.value).isascii()
+
+
+def test_the_kernel_check_reads_every_part_of_a_kernel():
+    """Sums, products, wrapped and multi-output kernels: each part against the columns it reads."""
+    se, linear = gpflow.kernels.SquaredExponential, gpflow.kernels.Linear
+    accepted = [
+        se(lengthscales=[1.0, 1.0, 1.0]),
+        se(lengthscales=[1.0, 1.0], active_dims=[0, 2]) + linear(variance=[1.0], active_dims=[1]),
+        se(lengthscales=[1.0, 1.0], active_dims=slice(1, 3)) * se(),
+        gpflow.kernels.Periodic(se(lengthscales=[1.0, 1.0, 1.0])),
+        gpflow.kernels.SeparateIndependent([se(lengthscales=[1.0] * 3), linear()]),
+    ]
+    for k in accepted:
+        validation.check_kernel(k, 3)
+    refused_kernels = [
+        se(lengthscales=[1.0, 1.0]),
+        se(lengthscales=[1.0, 1.0, 1.0], active_dims=slice(0, 2)) + linear(),
+        gpflow.kernels.Periodic(se(lengthscales=[1.0, 1.0])),
+        gpflow.kernels.SharedIndependent(linear(variance=[1.0, 1.0]), output_dim=2),
+        gpflow.kernels.SeparateIndependent([se(), se(lengthscales=[1.0] * 4)]),
+    ]
+    for k in refused_kernels:
+        with pytest.raises(ValueError, match="`kernel`: the .* kernel has .* but reads"):
+            validation.check_kernel(k, 3)
