@@ -561,18 +561,20 @@ def _kernel_parts(kernel: Any) -> Iterator[Any]:
 def check_kernel(kernel: Any, input_dim: int | None, name: str = "kernel") -> None:
     """
     A kernel's ARD parameters (the lengthscales of a stationary kernel, the variances of a linear
-    one) have one entry per input column the kernel reads (``active_dims``, else all
-    ``input_dim``): a ``ValueError`` naming ``name`` otherwise, where TensorFlow would fail later
-    with a broadcast error.
+    one, the weight variances of an arc-cosine one) have one entry per input column the kernel
+    reads (``active_dims``, else all ``input_dim``): a ``ValueError`` naming ``name`` otherwise,
+    where TensorFlow would fail later with a broadcast error.
     """
     if input_dim is None:
         return
     for part in _kernel_parts(kernel):
-        parameter = getattr(part, "lengthscales", None)
-        label = "lengthscales"
-        if parameter is None:
-            parameter, label = getattr(part, "variance", None), "variance"
-        if not getattr(part, "ard", False) or parameter is None:
+        if not getattr(part, "ard", False):
+            continue
+        for label in ("lengthscales", "weight_variances", "variance"):  # the ARD parameter
+            parameter = getattr(part, label, None)
+            if parameter is not None and len(parameter.shape) == 1:
+                break
+        else:
             continue
         active = getattr(part, "active_dims", slice(None))
         columns = len(range(input_dim)[active]) if isinstance(active, slice) else len(active)

@@ -663,6 +663,8 @@ def test_the_kernel_check_reads_every_part_of_a_kernel():
         se(lengthscales=[1.0, 1.0], active_dims=slice(1, 3)) * se(),
         gpflow.kernels.Periodic(se(lengthscales=[1.0, 1.0, 1.0])),
         gpflow.kernels.SeparateIndependent([se(lengthscales=[1.0] * 3), linear()]),
+        gpflow.kernels.ArcCosine(weight_variances=[1.0, 1.0, 1.0]),
+        gpflow.kernels.Coregion(output_dim=2, rank=1, active_dims=[2]) * linear(active_dims=[0]),
     ]
     for k in accepted:
         validation.check_kernel(k, 3)
@@ -672,6 +674,7 @@ def test_the_kernel_check_reads_every_part_of_a_kernel():
         gpflow.kernels.Periodic(se(lengthscales=[1.0, 1.0])),
         gpflow.kernels.SharedIndependent(linear(variance=[1.0, 1.0]), output_dim=2),
         gpflow.kernels.SeparateIndependent([se(), se(lengthscales=[1.0] * 4)]),
+        gpflow.kernels.ArcCosine(weight_variances=[1.0, 1.0]),
     ]
     for k in refused_kernels:
         with pytest.raises(ValueError, match="`kernel`: the .* kernel has .* but reads"):
