@@ -95,3 +95,49 @@ def test_a_failed_factorisation_gives_an_infinite_training_loss(name):
         assert isinstance(info.value.__cause__, gpflow_tight.CholeskyError)
         for got, expected in zip(_state(model), before):
             np.testing.assert_array_equal(got, expected)
+
+
+def _loss_and_gradients(model, data):
+    """A training step's computation: the loss and its gradients (dense)."""
+    with tf.GradientTape() as tape:
+        loss = model.training_loss() if data is None else model.training_loss(data)
+    gradients = tape.gradient(loss, model.trainable_variables)
+    return loss, [tf.convert_to_tensor(g) for g in gradients]
+
+
+# ops that call back into Python on the host (tf.py_function, tf.numpy_function)
+HOST_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_FACTORIES))
+def test_a_training_step_has_no_host_round_trip(name):
+    """The compiled step (and every function it calls) runs on the device: no Python callbacks."""
+    model, data = MODEL_FACTORIES[name](np.random.default_rng(0))
+    step = tf.function(lambda: _loss_and_gradients(model, data))
+    graph = step.get_concrete_function().graph.as_graph_def()
+    ops = {node.op for node in graph.node}
+    for function in graph.library.function:
+        ops |= {node.op for node in function.node_def}
+    assert not ops & HOST_OPS, f"{name}'s training step calls Python: {ops & HOST_OPS}"
+
+
+# PITC's blocks are padded to the largest block, a size read from the checkpointed partition
+# (a variable), which XLA needs to know when it compiles
+NOT_UNDER_XLA = {"PITC": "must be a compile-time constant"}
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_FACTORIES))
+def test_a_training_step_compiles_under_xla(name):
+    """``tf.function(jit_compile=True)`` gives the loss and gradients of the plain graph."""
+    model, data = MODEL_FACTORIES[name](np.random.default_rng(0))
+    plain = tf.function(lambda: _loss_and_gradients(model, data))
+    xla = tf.function(lambda: _loss_and_gradients(model, data), jit_compile=True)
+    if name in NOT_UNDER_XLA:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=NOT_UNDER_XLA[name]):
+            xla()
+        return
+    (loss, gradients), (xla_loss, xla_gradients) = plain(), xla()
+    np.testing.assert_allclose(xla_loss, loss, rtol=1e-12)
+    scale = max(float(np.max(np.abs(g))) for g in gradients)  # gradients zero at an optimum
+    for got, expected in zip(xla_gradients, gradients):
+        np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-10 * scale)
