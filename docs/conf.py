@@ -21,6 +21,7 @@ runs the notebooks on their short test settings.
 
 import importlib.util
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -120,5 +121,24 @@ def copy_mathjax(app, exception) -> None:
         shutil.copytree(MATHJAX / "es5" / directory, target / directory, dirs_exist_ok=True)
 
 
+GPFLOW_DOCS = "https://gpflow.github.io/GPflow/develop/"
+
+
+def link_gpflow_pages(app, what, name, obj, options, lines) -> None:
+    """
+    ``autodoc-process-docstring`` handler: GPflow's docstrings, which the package's checked
+    methods keep (``predict_y`` wrapped by ``validation.checks_arguments``), refer to GPflow's own
+    pages with relative ``:doc:`` roles; link them to GPflow's site instead.
+    """
+
+    def link(match: re.Match) -> str:  # an anonymous link: the same page may be named twice
+        page = match[1]
+        return f"`GPflow's {page.rsplit('/', 1)[-1]} notebook <{GPFLOW_DOCS}{page}.html>`__"
+
+    for i, line in enumerate(lines):
+        lines[i] = re.sub(r":doc:`(?:\.\./)+([^`]+)`", link, line)
+
+
 def setup(app) -> None:
     app.connect("build-finished", copy_mathjax)
+    app.connect("autodoc-process-docstring", link_gpflow_pages)
