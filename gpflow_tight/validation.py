@@ -65,6 +65,7 @@ __all__ = [
     "check_static_inputs",
     "held_data",
     "checked_cholesky",
+    "checked_prediction",
     "check_cholesky_factor",
     "cholesky_checks",
     "training_objective",
@@ -208,6 +209,16 @@ def check_cholesky_factor(factor: tf.Tensor, what: str) -> tf.Tensor:
     if _CHECKS.get() is False:
         return factor
     return tf.debugging.check_numerics(factor, ascii_message(_CHOLESKY_ADVICE.format(what=what)))
+
+
+def checked_prediction(mean: tf.Tensor, var: tf.Tensor, what: str = KUU) -> tuple[Any, Any]:
+    """
+    A prediction computed by GPflow's code (whose factorisation of ``what`` gives NaN instead of
+    an error on CPU), failing with the Cholesky advice if it is not finite: its inputs were
+    checked to be finite, so only a failed factorisation (or parameters a diverging optimiser made
+    NaN, which the advice names too) can make it so. O(N*) per call.
+    """
+    return check_cholesky_factor(mean, what), check_cholesky_factor(var, what)
 
 
 def checked_cholesky(matrix: tf.Tensor, what: str) -> tf.Tensor:

@@ -97,6 +97,24 @@ def test_a_failed_factorisation_gives_an_infinite_training_loss(name):
             np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("name", sorted(MODEL_FACTORIES))
+def test_a_failed_factorisation_raises_in_predictions(name):
+    """Predictions never return NaN silently: a failed factorisation raises CholeskyError."""
+    model, _ = MODEL_FACTORIES[name](np.random.default_rng(3))
+    input_dim = gpflow_tight.validation.inducing_input_dim(model.inducing_variable)
+    Xnew = np.tile(np.linspace(0.0, 6.0, 7)[:, None], [1, input_dim])
+    with gpflow.config.as_context(gpflow.config.Config(jitter=0.0)):
+        lengthscales = model.kernel.lengthscales  # every kernel matrix the matrix of ones
+        lengthscales.assign(tf.fill(tf.shape(lengthscales), tf.constant(1e8, lengthscales.dtype)))
+        for predict in (model.predict_f, model.predict_y):
+            with pytest.raises(gpflow_tight.CholeskyError, match="jitter"):
+                predict(Xnew)
+        # compiled, TensorFlow's error (the advice where the package factorises, GPflow's
+        # message where GPflow's posterior does): still never a silent NaN
+        with pytest.raises(tf.errors.InvalidArgumentError, match="(?i)cholesky"):
+            tf.function(model.predict_f)(Xnew)
+
+
 def _loss_and_gradients(model, data):
     """A training step's computation: the loss and its gradients (dense)."""
     with tf.GradientTape() as tape:

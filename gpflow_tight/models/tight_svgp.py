@@ -28,6 +28,7 @@ from ..validation import (
     check_num_data,
     checked_batch,
     checked_inputs,
+    checked_prediction,
     checks_arguments,
     explain_cholesky_failure,
     inducing_input_dim,
@@ -266,9 +267,14 @@ class RelaxedSVGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, SVGP):
     def predict_f(
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
-        """SVGP's prediction from :math:`q(\\mathbf u)`: the relaxation acts on training data."""
+        """
+        SVGP's prediction from :math:`q(\\mathbf u)` (the relaxation acts on training data); a
+        failed factorisation raises :class:`~gpflow_tight.CholeskyError` (GPflow's SVGP returns
+        NaN on CPU).
+        """
         with explain_cholesky_failure():
-            return super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
+            mean, var = super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
+            return checked_prediction(mean, var)
 
 
 class TightSVGP(RelaxedSVGP):

@@ -27,6 +27,7 @@ from ..validation import (
     checked_batch,
     checked_inputs,
     checks_arguments,
+    explain_cholesky_failure,
     inducing_input_dim,
 )
 from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
@@ -393,10 +394,14 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
     def predict_f(
         self, Xnew: InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> MeanAndVariance:
-        """The marginals of q(f*) (eq. 25): ``self.posterior(NOCACHE).fused_predict_f``."""
-        return self.posterior(PrecomputeCacheType.NOCACHE).fused_predict_f(
-            Xnew, full_cov=full_cov, full_output_cov=full_output_cov
-        )
+        """
+        The marginals of q(f*) (eq. 25): ``self.posterior(NOCACHE).fused_predict_f``; a failed
+        factorisation raises :class:`~gpflow_tight.CholeskyError`.
+        """
+        with explain_cholesky_failure():  # the check names the matrix that failed
+            return self.posterior(PrecomputeCacheType.NOCACHE).fused_predict_f(
+                Xnew, full_cov=full_cov, full_output_cov=full_output_cov
+            )
 
 
 def _check_count(value: Any, name: str, maximum: int | None) -> int:
