@@ -44,9 +44,8 @@ from .projection import Projection, collapsed_common_terms, residual_variance
 from .validation import (
     ConstructorOnly,
     checked_cholesky,
-    checked_inputs,
+    checked_xnew,
     checks_arguments,
-    inducing_input_dim,
 )
 
 __all__ = [
@@ -158,12 +157,7 @@ def optimal_whitened_q(
     )
 
 
-def _checked_xnew(posterior: AbstractPosterior, Xnew: Any) -> tf.Tensor:
-    """Prediction inputs, checked and cast (:func:`~gpflow_tight.validation.checked_inputs`)."""
-    return checked_inputs(Xnew, input_dim=inducing_input_dim(posterior.inducing_variable))
-
-
-@checks_arguments(_checked_xnew, "Xnew", "predict_f", "fused_predict_f")
+@checks_arguments(checked_xnew, "Xnew", "predict_f", "fused_predict_f")
 class FusedFromCache(AbstractPosterior):
     """
     A posterior whose fused prediction is its cached one on values computed afresh: what

@@ -54,6 +54,8 @@ __all__ = [
     "check_batch",
     "checked_batch",
     "checked_inputs",
+    "checked_xnew",
+    "checked_test_data",
     "checks_arguments",
     "check_input_dim",
     "check_inducing_variable",
@@ -742,6 +744,25 @@ def checked_inputs(Xnew: Any, *, input_dim: int | None = None, name: str = "Xnew
         assertions.append(_graph_assert(tf.equal(tf.shape(X)[-1], input_dim), message))
     (checked,) = _finite_after(assertions, ((X, name),))
     return checked
+
+
+def checked_xnew(model: Any, Xnew: Any) -> tf.Tensor:
+    """
+    The prediction inputs of a model or posterior, checked and cast (:func:`checked_inputs`)
+    against the input dimension of its inducing variables: the check that
+    ``checks_arguments(checked_xnew, "Xnew", "predict_f", ...)`` gives its methods.
+    """
+    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
+
+
+def checked_test_data(model: Any, data: Any) -> tuple[Any, ...]:
+    """
+    Held-out ``(X, Y)`` for a model's ``predict_log_density``, checked and cast
+    (:func:`checked_batch`, no rows allowed) against its inducing variables' input dimension.
+    """
+    return checked_batch(
+        data, input_dim=inducing_input_dim(model.inducing_variable), allow_empty=True
+    )
 
 
 def check_batch(X: Any, Y: Any) -> None:

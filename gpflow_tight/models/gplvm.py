@@ -33,10 +33,10 @@ from ..validation import (
     check_inducing_variable,
     check_kernel,
     check_noise_variance,
-    checked_batch,
     checked_cholesky,
-    checked_inputs,
     checked_matrix,
+    checked_test_data,
+    checked_xnew,
     checks_arguments,
     explain_cholesky_failure,
     inducing_input_dim,
@@ -83,18 +83,6 @@ def _checked_latent(
                 "latent dimension."
             )
     return Y, mean, var
-
-
-def _checked_xnew(model: Any, Xnew: Any) -> tf.Tensor:
-    """Latent points of a prediction, checked and cast (:func:`~.validation.checked_inputs`)."""
-    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
-
-
-def _checked_test_data(model: Any, data: Any) -> tuple[Any, ...]:
-    """Held-out ``(latent points, observations)`` for ``predict_log_density``, checked and cast."""
-    return checked_batch(
-        data, input_dim=inducing_input_dim(model.inducing_variable), allow_empty=True
-    )
 
 
 #: the smallest jitter with which the GPLVMs train reliably below float64 (docs/gplvm.md)
@@ -194,8 +182,8 @@ def _residual_cov(new: Projection, kernel: Kernel, Xnew: Any) -> tf.Tensor:
     return kernel(Xnew) - tf.linalg.matmul(new.A, new.A, transpose_a=True)
 
 
-@checks_arguments(_checked_test_data, "data", "predict_log_density")
-@checks_arguments(_checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
+@checks_arguments(checked_test_data, "data", "predict_log_density")
+@checks_arguments(checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
 class TightBayesianGPLVM(
     InfiniteLossOnCholeskyFailure, ConstructorOnly, HeldOutRows, BayesianGPLVM
 ):
@@ -440,7 +428,7 @@ def _checked_rows(model: "MinibatchBayesianGPLVM", data: Any) -> tuple[Any, ...]
     return as_checked_batch(rows, Y)
 
 
-@checks_arguments(_checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
+@checks_arguments(checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
 @checks_arguments(
     _checked_rows, "data", "training_loss", "maximum_log_likelihood_objective", "elbo"
 )

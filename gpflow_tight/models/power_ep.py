@@ -33,8 +33,8 @@ from ..validation import (
     check_kernel,
     check_noise_variance,
     check_regression_data,
-    checked_batch,
-    checked_inputs,
+    checked_test_data,
+    checked_xnew,
     checks_arguments,
     explain_cholesky_failure,
     held_data,
@@ -83,20 +83,8 @@ trainable inducing inputs, float32 training is refused above it, and for DTC (me
 """
 
 
-def _checked_xnew(model: "PowerEPSGP", Xnew: Any) -> tf.Tensor:
-    """Prediction inputs, checked and cast (:func:`~gpflow_tight.validation.checked_inputs`)."""
-    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
-
-
-def _checked_test_data(model: "PowerEPSGP", data: Any) -> tuple[Any, ...]:
-    """Held-out ``(X, Y)`` for ``predict_log_density``, checked and cast (integer labels too)."""
-    return checked_batch(
-        data, input_dim=inducing_input_dim(model.inducing_variable), allow_empty=True
-    )
-
-
-@checks_arguments(_checked_test_data, "data", "predict_log_density")
-@checks_arguments(_checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
+@checks_arguments(checked_test_data, "data", "predict_log_density")
+@checks_arguments(checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
 class PowerEPSGP(
     ConstructorOnly, InfiniteLossOnCholeskyFailure, GPModel, InternalDataTrainingLossMixin
 ):

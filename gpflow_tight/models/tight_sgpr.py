@@ -30,9 +30,9 @@ from ..validation import (
     check_kernel,
     check_noise_variance,
     check_regression_data,
-    checked_batch,
     checked_cholesky,
-    checked_inputs,
+    checked_test_data,
+    checked_xnew,
     checks_arguments,
     explain_cholesky_failure,
     held_data,
@@ -45,21 +45,9 @@ __all__ = ["RelaxedSGPR", "TightSGPR"]
 RESIDUAL = "D_ff = K_ff - Q_ff (the residual covariance of the training inputs)"
 
 
-def _checked_xnew(model: SGPR, Xnew: Any) -> tf.Tensor:
-    """Prediction inputs, checked and cast (:func:`~gpflow_tight.validation.checked_inputs`)."""
-    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
-
-
-def _checked_test_data(model: SGPR, data: Any) -> tuple[Any, ...]:
-    """Held-out ``(X, Y)`` for ``predict_log_density``, checked and cast."""
-    return checked_batch(
-        data, input_dim=inducing_input_dim(model.inducing_variable), allow_empty=True
-    )
-
-
-@checks_arguments(_checked_test_data, "data", "predict_log_density")
+@checks_arguments(checked_test_data, "data", "predict_log_density")
 @checks_arguments(
-    _checked_xnew,
+    checked_xnew,
     "Xnew",
     "predict_f",
     "predict_y",

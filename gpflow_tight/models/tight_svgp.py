@@ -27,8 +27,8 @@ from ..validation import (
     check_kernel,
     check_num_data,
     checked_batch,
-    checked_inputs,
     checked_prediction,
+    checked_xnew,
     checks_arguments,
     explain_cholesky_failure,
     inducing_input_dim,
@@ -72,13 +72,8 @@ def _checked_test_data(model: "RelaxedSVGP", data: Any) -> tuple[Any, ...]:
     )
 
 
-def _checked_xnew(model: "RelaxedSVGP", Xnew: Any) -> tf.Tensor:
-    """Prediction inputs, checked and cast (:func:`~gpflow_tight.validation.checked_inputs`)."""
-    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
-
-
 @checks_arguments(_checked_test_data, "data", "predict_log_density")
-@checks_arguments(_checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
+@checks_arguments(checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples")
 @checks_arguments(
     _checked_batch, "data", "training_loss", "maximum_log_likelihood_objective", "elbo"
 )

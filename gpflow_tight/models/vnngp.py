@@ -26,6 +26,7 @@ from ..validation import (
     check_regression_data,
     checked_batch,
     checked_inputs,
+    checked_xnew,
     checks_arguments,
     explain_cholesky_failure,
     inducing_input_dim,
@@ -68,12 +69,8 @@ def _checked_test_data(model: "VNNGP", data: Any) -> tuple[Any, ...]:
     return _checked_batch(model, data, allow_empty=True)
 
 
-def _checked_xnew(model: "VNNGP", Xnew: Any) -> tf.Tensor:
-    return checked_inputs(Xnew, input_dim=inducing_input_dim(model.inducing_variable))
-
-
 @checks_arguments(_checked_test_data, "data", "predict_log_density")
-@checks_arguments(_checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples", "predict_g")
+@checks_arguments(checked_xnew, "Xnew", "predict_f", "predict_y", "predict_f_samples", "predict_g")
 @checks_arguments(
     _checked_batch, "data", "training_loss", "maximum_log_likelihood_objective", "elbo"
 )
