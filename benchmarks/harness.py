@@ -44,7 +44,7 @@ RESULTS = HERE / "results"
 STUDIES = [
     "cost", "snelson", "table1", "power_ep_cost", "power_ep_regression",
     "power_ep_classification", "vnngp_cost", "vnngp_uci", "gplvm_cost", "gplvm_oil_flow",
-    "solve_cost", "solve_uci", "gpflow_notebooks", "float32",
+    "solve_cost", "solve_uci", "gpflow_notebooks", "float32", "tight_sgpr_cost", "step_flops",
 ]  # fmt: skip
 
 
@@ -87,8 +87,13 @@ def environment(threads: int | None = None) -> dict[str, Any]:
     revision = git("rev-parse", "--short", "HEAD") or "unknown"
     if git("status", "--porcelain", "../gpflow_tight"):
         revision += " + uncommitted changes in gpflow_tight/"
+    gpus = None  # not known without TensorFlow (the harness's self-test runs without it)
+    if "tensorflow" in sys.modules:
+        tf = sys.modules["tensorflow"]
+        gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
     return dict(
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        gpus=gpus,
         command=" ".join([f"python benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
         cores=os.cpu_count(),
         cpu=cpu,
@@ -428,8 +433,9 @@ def session_lines(sessions: list[dict], counts: list[int]) -> list[str]:
         for field in fields:
             value = s.get(field)
             if field == "machine":
+                gpus = ", ".join(s.get("gpus") or []) or "no GPU"  # early sessions: CPU only
                 parts.append(
-                    f"{s['cores']} CPU cores ({s['cpu']}), no GPU, float64, threads: {s['threads']}"
+                    f"{s['cores']} CPU cores ({s['cpu']}), {gpus}, float64, threads: {s['threads']}"
                 )
             elif field == "versions":
                 parts.append(", ".join(f"{k} {v}" for k, v in s["versions"].items()))

@@ -3,12 +3,14 @@
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from gpflow_tight.projection import (
     collapsed_common_terms,
     marginals_with_residual,
     project,
     residual_variance,
+    squared_column_norms,
 )
 
 
@@ -56,6 +58,26 @@ def test_projection_of_independent_latent_gps(rng, shared):
 def test_residual_is_clipped_at_zero():
     A = np.array([[1.0, 2.0], [0.0, 1e-8]])
     np.testing.assert_array_equal(residual_variance(np.array([1.0 - 1e-15, 5.0]), A), [0.0, 1.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(7, 40), (3, 7, 40)])
+def test_squared_column_norms_and_their_gradient(rng, dtype, shape):
+    """The fused norms and their one-pass gradient against numpy and 2 a_n w_n."""
+    A = rng.standard_normal(shape).astype(dtype)
+    weights = rng.standard_normal(shape[:-2] + shape[-1:]).astype(dtype)
+    A_tf = tf.constant(A)
+    with tf.GradientTape() as tape:
+        tape.watch(A_tf)
+        norms = squared_column_norms(A_tf)
+        weighted = tf.reduce_sum(weights * tf.math.log1p(norms))
+    gradient = tape.gradient(weighted, A_tf)
+    exact = np.sum(A.astype(np.float64) ** 2, axis=-2)
+    rtol = 1e-14 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(norms, exact, rtol=rtol)
+    expected = 2 * A * (weights / (1 + exact))[..., None, :]
+    np.testing.assert_allclose(gradient, expected, rtol=10 * rtol)
+    assert norms.dtype == gradient.dtype == dtype
 
 
 @pytest.mark.parametrize("whiten", [True, False])

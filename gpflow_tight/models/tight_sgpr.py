@@ -12,6 +12,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance, Parameter, RegressionData
 from gpflow.config import default_jitter
 from gpflow.kernels import Kernel
+from gpflow.likelihoods import Gaussian
 from gpflow.models import SGPR
 from gpflow.posteriors import PrecomputeCacheType, SGPRPosterior
 from gpflow.utilities import add_noise_cov, to_default_float
@@ -20,6 +21,7 @@ from ..projection import (
     CollapsedTerms,
     Projection,
     collapsed_common_terms,
+    collapsed_quad_term,
     project,
     residual_variance,
 )
@@ -43,6 +45,20 @@ from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 __all__ = ["RelaxedSGPR", "TightSGPR"]
 
 RESIDUAL = "D_ff = K_ff - Q_ff (the residual covariance of the training inputs)"
+
+
+def constant_noise_variance(likelihood: Any) -> tf.Tensor | None:
+    """
+    The noise variance of a ``gpflow.likelihoods.Gaussian`` whose variance (or scale) is one
+    parameter rather than a function of the inputs, else ``None`` (heteroscedastic noise).
+    """
+    if not isinstance(likelihood, Gaussian):
+        return None
+    if isinstance(likelihood.variance, Parameter) and likelihood.variance.shape.rank == 0:
+        return tf.convert_to_tensor(likelihood.variance)
+    if isinstance(likelihood.scale, Parameter) and likelihood.scale.shape.rank == 0:
+        return tf.square(tf.convert_to_tensor(likelihood.scale))
+    return None
 
 
 @checks_arguments(checked_test_data, "data", "predict_log_density")
@@ -131,7 +147,9 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
         """SGPR's common tensors of the bound, and the residual variances :math:`d_n`."""
         X, _ = self.data
         sigma_sq = tf.squeeze(self.likelihood.variance_at(X), axis=-1)
-        return collapsed_common_terms(self.projection(), sigma_sq)
+        return collapsed_common_terms(
+            self.projection(), sigma_sq, constant_noise_variance(self.likelihood)
+        )
 
     @inherit_check_shapes
     def logdet_term(self, common: CollapsedTerms | SGPR.CommonTensors) -> tf.Tensor:  # type: ignore[override]
@@ -150,6 +168,17 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
             residual[:, None], common.sigma_sq[:, None]
         )
         return output_dim * (residual_term - half_logdet_b - half_log_sigma_sq)
+
+    @inherit_check_shapes
+    def quad_term(self, common: CollapsedTerms | SGPR.CommonTensors) -> tf.Tensor:  # type: ignore[override]
+        """
+        SGPR's data-fit term :math:`-\\tfrac12\\mathbf r^\\top(Q_{ff} + \\Sigma)^{-1}\\mathbf r`
+        (:func:`~gpflow_tight.projection.collapsed_quad_term`).
+        """
+        if not isinstance(common, CollapsedTerms):  # GPflow's SGPR.CommonTensors
+            return super().quad_term(common)
+        X, Y = self.data
+        return collapsed_quad_term(common, Y - self.mean_function(X))
 
     @inherit_check_shapes
     def elbo(self) -> tf.Tensor:

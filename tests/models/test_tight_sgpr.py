@@ -51,6 +51,43 @@ def test_heteroscedastic_elbo_equals_dense_f4(rng):
     np.testing.assert_allclose(tight.elbo().numpy(), reference["F4"], rtol=1e-10)
 
 
+@pytest.mark.parametrize("relaxation", ["optimal", "none"])
+def test_constant_noise_path_equals_the_per_point_path(rng, relaxation):
+    """
+    A constant noise variance (or scale) takes the path that never scales the M x N matrix by
+    sigma; a constant *function* of x takes the per-point path: same bound, same gradients.
+    """
+    from gpflow_tight.models.tight_sgpr import constant_noise_variance
+
+    X, Y, Z = make_problem(rng, num_outputs=2)
+    likelihoods = {
+        "variance": gpflow.likelihoods.Gaussian(variance=NOISE),
+        "scale": gpflow.likelihoods.Gaussian(scale=NOISE**0.5),
+        "function": gpflow.likelihoods.Gaussian(variance=gpflow.functions.Constant(NOISE)),
+    }
+    assert constant_noise_variance(likelihoods["function"]) is None
+    assert constant_noise_variance(gpflow.likelihoods.Bernoulli()) is None
+    values = {}
+    for name, likelihood in likelihoods.items():
+        model = gpflow_tight.RelaxedSGPR(
+            (X, Y), kernel(), Z, likelihood=likelihood, relaxation=relaxation
+        )
+        if name != "function":
+            np.testing.assert_allclose(constant_noise_variance(likelihood), NOISE, rtol=1e-14)
+        with tf.GradientTape() as tape:
+            elbo = model.elbo()
+        kernel_grads = tape.gradient(
+            elbo, model.kernel.trainable_variables + model.inducing_variable.trainable_variables
+        )
+        values[name] = [elbo.numpy()] + [g.numpy() for g in kernel_grads]
+    reference = collapsed_bounds(X, Y, Z, VARIANCE, LENGTHSCALE, NOISE)
+    expected = reference["F4" if relaxation == "optimal" else "F1"]
+    for name, (elbo, *grads) in values.items():
+        np.testing.assert_allclose(elbo, expected, rtol=1e-10, err_msg=name)
+        for g, g_ref in zip(grads, values["function"][1:]):
+            np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_bound_ordering(seed):
     """SGPR <= F5 (Artemev) <= TightSGPR <= F8 (Appendix A) <= log p(y) (paper eq. 13)."""
