@@ -2,6 +2,8 @@
 Cost of one training step (objective and gradient) of `PowerEPSGP` against its GPflow peers
 `GPRFITC` and `SGPR` on the same data and parameters: alpha = 0.5, 1 (FITC) and 0 (VFE) for
 several M, PITC blocks (block_size = M) separately, and a TensorFlow op profile of one step.
+A second study times block factors (balanced blocks, alpha = 1 (PITC) and 0.5, block_size M and
+M/2) against GPRFITC over a grid of N and M (``--pitc-data``, ``--pitc-inducing``).
 """
 
 import harness
@@ -14,7 +16,23 @@ FITC, SGPR = "GPRFITC", "SGPR"
 HALF, ONE, ZERO, PITC = "PEP α=0.5", "PEP α=1", "PEP α=0", "PITC (PEP α=1, blocks)"
 COMPARISONS = [(HALF, FITC), (HALF, SGPR), (ONE, FITC), (ZERO, SGPR), (SGPR, FITC)]
 SETTINGS = ["rounds", "num_data", "dim", "noise", "seed", "threads", "pitc"]
-PRESETS = {"quick": dict(num_inducing=[20], num_data=1000, rounds=3, profile_m=0)}
+PRESETS = {
+    "quick": dict(
+        num_inducing=[20], num_data=1000, rounds=3, profile_m=0, pitc_data=[400],
+        pitc_inducing=[20], pitc_rounds=3, pitc_profile=[400, 20],
+    )
+}  # fmt: skip
+BLOCK_GOAL = 1.5  # block factors with block_size <= M: step <= 1.5 x GPRFITC's
+BLOCK_SETTINGS = ["pitc_rounds", "dim", "noise", "seed", "threads"]
+
+
+def block_name(alpha, fraction):
+    """The label of a block model: power and block size as a fraction of M."""
+    size = "M" if fraction == 1 else f"M/{round(1 / fraction)}"
+    return f"{'PITC' if alpha == 1 else f'PEP α={alpha:g}'}, S={size}"
+
+
+BLOCK_MODELS = [(alpha, fraction) for alpha in (1.0, 0.5) for fraction in (1.0, 0.5)]
 
 
 def arguments(parser):
@@ -28,13 +46,85 @@ def arguments(parser):
     parser.add_argument("--no-pitc", dest="pitc", action="store_false", help="skip PITC")
     parser.add_argument("--profile-m", type=int, default=300, help="M of the profile (0: none)")
     parser.add_argument("--profile-steps", type=int, default=3)
+    parser.add_argument(
+        "--pitc-data",
+        type=int,
+        nargs="*",
+        default=[2000, 5000],
+        help="N of the block-factor study (none: skip it)",
+    )
+    parser.add_argument("--pitc-inducing", type=int, nargs="+", default=[100, 300])
+    parser.add_argument("--pitc-rounds", type=int, default=15)
+    parser.add_argument(
+        "--pitc-profile",
+        type=int,
+        nargs=2,
+        default=[5000, 300],
+        metavar=("N", "M"),
+        help="profile of the block study (N 0: none)",
+    )
 
 
 def plan(args):
     keys = [harness.keyed(args, SETTINGS, M=m) for m in args.num_inducing]
     if args.profile_m:
         keys.append(harness.keyed(args, SETTINGS + ["profile_steps"], profile=args.profile_m))
+    for n in args.pitc_data:
+        keys += [harness.keyed(args, BLOCK_SETTINGS, block_N=n, block_M=m)
+                 for m in args.pitc_inducing]  # fmt: skip
+    if args.pitc_data and args.pitc_profile[0]:
+        n, m = args.pitc_profile
+        keys.append(harness.keyed(args, BLOCK_SETTINGS + ["profile_steps"], block_profile=[n, m]))
     return keys
+
+
+def build_blocks(key, num_data, num_inducing):
+    """GPRFITC, PowerEPSGP at alpha = 1 without blocks, and the block models, on one dataset."""
+    import gpflow
+
+    from gpflow_tight import PowerEPSGP
+
+    rng = np.random.default_rng(key["seed"])
+    X = rng.uniform(0.0, 10.0, size=(num_data, key["dim"]))
+    Y = np.sin(X).sum(1, keepdims=True) + 0.1 * rng.standard_normal((len(X), 1))
+    Z = X[np.random.default_rng(key["seed"] + num_inducing).choice(len(X), num_inducing, False)]
+
+    def kw():
+        kernel = gpflow.kernels.SquaredExponential(lengthscales=np.ones(X.shape[1]))
+        return dict(kernel=kernel, inducing_variable=Z.copy(), noise_variance=key["noise"])
+
+    models = {FITC: gpflow.models.GPRFITC((X, Y), **kw()),
+              ONE: PowerEPSGP((X, Y), alpha=1.0, **kw())}  # fmt: skip
+    for alpha, fraction in BLOCK_MODELS:
+        size = max(1, int(round(num_inducing * fraction)))
+        models[block_name(alpha, fraction)] = PowerEPSGP(
+            (X, Y), alpha=alpha, block_size=size, **kw()
+        )
+    return models
+
+
+def run_blocks(key):
+    """Interleaved step times of the block models and their peers; load average before/after."""
+    import os
+
+    if "block_profile" in key:
+        models = build_blocks(key, *key["block_profile"])
+        names = [FITC, block_name(1.0, 1.0), block_name(0.5, 1.0), block_name(1.0, 0.5)]
+        return profile(models, key["profile_steps"], names)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    models = build_blocks(key, key["block_N"], key["block_M"])
+    layouts = {}
+    for alpha, fraction in BLOCK_MODELS:
+        model = models[block_name(alpha, fraction)]
+        sizes = np.array([len(block) for block in model.blocks])
+        layouts[block_name(alpha, fraction)] = dict(
+            block_size=max(1, int(round(key["block_M"] * fraction))), count=len(sizes),
+            min=int(sizes.min()), max=int(sizes.max()), padded=list(model.block_layout_shape),
+        )  # fmt: skip
+    fns = {name: harness.step_function(model) for name, model in models.items()}
+    times = harness.interleaved(fns, key["pitc_rounds"])
+    return dict(times=times, layouts=layouts, load_before=load_before,
+                load_after=[round(x, 2) for x in os.getloadavg()])  # fmt: skip
 
 
 def build(key, num_inducing):
@@ -73,6 +163,8 @@ def gradients(model):
 
 
 def run(key, args):
+    if "block_N" in key or "block_profile" in key:
+        return run_blocks(key)
     if "profile" in key:
         return profile(build(key, key["profile"]), key["profile_steps"])
     models = build(key, key["M"])
@@ -91,7 +183,7 @@ def run(key, args):
     return out
 
 
-def profile(models, steps):
+def profile(models, steps, names=(FITC, SGPR, HALF, PITC)):
     """Wall seconds per step and seconds per step by op type and op name (TF profiler)."""
     import collections
     import re
@@ -105,7 +197,7 @@ def profile(models, steps):
 
     pattern = re.compile(r"^(?P<name>[^:\s]+):(?P<type>[A-Za-z_][A-Za-z0-9_]*)$")
     out = dict(wall={}, by_type={}, top_ops={}, steps=steps)
-    for name in (n for n in (FITC, SGPR, HALF, PITC) if n in models):
+    for name in (n for n in names if n in models):
         step = harness.step_function(models[name])
         step(), step()
         folder = Path(tempfile.mkdtemp(prefix="power_ep_cost_"))
@@ -136,6 +228,8 @@ def profile(models, steps):
 def render(report, records, missing, args):
     timed = [r for r in records if "M" in r["key"]]
     prof = next((r for r in records if "profile" in r["key"]), None)
+    block_records = [r for r in records if "block_N" in r["key"]]
+    block_prof = next((r for r in records if "block_profile" in r["key"]), None)
     k = timed[0]["key"] if timed else harness.keyed(args, SETTINGS)
     protocol = [
         "Quantity timed: one call of a `tf.function` that evaluates `model.training_loss` and "
@@ -201,12 +295,16 @@ def render(report, records, missing, args):
             rows.append([r["key"]["M"], f"{b['count']} blocks, sizes {b['min']}-{b['max']} (mean "
                          f"{b['mean']:.0f}), padded to {b['max']}", f"{t:.4f}", f"{p:.4f}",
                          f"{t / p:.2f}"])  # fmt: skip
-        report.section("PITC (block factors, block_size = M)")
+        report.section("PITC (block factors, block_size = M), at the code of that session")
         report.add("No GPflow peer exists; the ratio is against GPRFITC (the same model with "
                    "singleton blocks), which PITC exceeds by its block work O(sum_b n_b^3 + N S "
                    "M), S = padded block size.", "")  # fmt: skip
         report.table(["M", "blocks (k-means)", "PITC median s", "GPRFITC median s", "ratio"], rows)
-        findings.append(f"PITC costs {harness.span([float(x[-1]) for x in rows])} times GPRFITC.")
+        sessions = ", ".join(str(x) for x in sorted({r["session"] + 1 for r in timed}))
+        findings.append(
+            f"PITC (block_size = M, the code of session {sessions}) costs "
+            f"{harness.span([float(x[-1]) for x in rows])} times GPRFITC."
+        )
     same = [s for r in timed for s in r["same"]]
     report.section("Same numbers")
     bad = [s for s in same if not (s["rel"] < SAME_TOL and s["grad"] < SAME_TOL)]
@@ -260,9 +358,13 @@ def render(report, records, missing, args):
         )
     if prof:
         findings += profile_section(report, prof)
+    if block_records:
+        findings += block_section(report, block_records, block_prof)
     report.section("Findings")
     report.bullets(findings)
     report.section("Raw times (s, in round order)")
+    for r in block_records:
+        timed.append(dict(r, key=dict(M=f"{r['key']['block_M']}, N={r['key']['block_N']}")))
     for r in timed:
         report.add(f"- M={r['key']['M']}")
         report.add(
@@ -270,7 +372,63 @@ def render(report, records, missing, args):
         )
 
 
-def profile_section(report, prof):
+def block_section(report, records, prof):
+    """The block-factor study: table, profile and findings computed from the records."""
+    first = records[0]
+    report.section("Block factors (balanced blocks) against GPRFITC")
+    report.add(
+        f"Session {first['session'] + 1} (see the header). Data as above with N in "
+        f"{{{', '.join(sorted({str(r['key']['block_N']) for r in records}, key=int))}}}, M in "
+        f"{{{', '.join(sorted({str(r['key']['block_M']) for r in records}, key=int))}}}. "
+        "Models per (N, M): `gpflow.models.GPRFITC`, `PowerEPSGP(alpha=1)` (FITC, no blocks) and "
+        "`PowerEPSGP(alpha, block_size=S)` for alpha in {1 (PITC), 0.5} and S in {M, M/2}: "
+        "balanced k-means blocks (B = ceil(N/S) blocks of at most ceil(N/B) <= S rows, the "
+        "padded layout B x ceil(N/B)). Each (N, M) is warmed up with 2 untimed calls per model, "
+        f"then timed for {first['key']['pitc_rounds']} interleaved rounds (order reversing); "
+        "ratio = median / median of GPRFITC in the same rounds; 'paired' = median of the "
+        f"per-round ratios. Goal: block_size <= M at <= {BLOCK_GOAL} x GPRFITC. Load average "
+        "(1 min) recorded before and after each (N, M).",
+        "",
+    )
+    rows, ratios = [], {}
+    for r in records:
+        n, m = r["key"]["block_N"], r["key"]["block_M"]
+        peer = np.median(r["times"][FITC])
+        for name in [ONE] + [block_name(a, f) for a, f in BLOCK_MODELS]:
+            value, per_round, _ = harness.ratio(r["times"], name, FITC)
+            layout = r["layouts"].get(name)
+            shape = ("-" if layout is None else f"{layout['count']} blocks of {layout['min']}-"
+                     f"{layout['max']} rows, padded {layout['padded'][0]} x "
+                     f"{layout['padded'][1]}")  # fmt: skip
+            if layout is not None:
+                ratios[(n, m, name)] = value
+            rows.append([n, m, name, shape, f"{np.median(r['times'][name]):.4f}", f"{peer:.4f}",
+                         f"**{value:.2f}**", f"{np.median(per_round):.2f}",
+                         f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f}"])  # fmt: skip
+    report.table(["N", "M", "model", "blocks", "median s", "GPRFITC median s", "ratio", "paired",
+                  "load before / after"], rows)  # fmt: skip
+    findings = []
+    for alpha in (1.0, 0.5):
+        for fraction in (1.0, 0.5):
+            name = block_name(alpha, fraction)
+            values = [v for (n, m, nm), v in ratios.items() if nm == name]
+            met = sum(v <= BLOCK_GOAL for v in values)
+            findings.append(
+                f"{name}: {harness.span(values)} x GPRFITC; within {BLOCK_GOAL} in "
+                f"{harness.of(met, len(values))} (N, M) settings"
+                + ("" if met == len(values) else
+                   f", the largest {max(values):.2f} ({max(values) / BLOCK_GOAL - 1:.0%} over)")
+                + "."
+            )  # fmt: skip
+    loads = [x for r in records for x in (r["load_before"][0], r["load_after"][0])]
+    findings.append(f"Load average (1 min) during the block study: {harness.span(loads, '.1f')}.")
+    if prof:
+        n, m = prof["key"]["block_profile"]
+        findings += profile_section(report, prof, f"block factors, N={n}, M={m}")
+    return findings
+
+
+def profile_section(report, prof, title=None):
     names = list(prof["wall"])
     total = {}
     for by_type in prof["by_type"].values():
@@ -284,7 +442,8 @@ def profile_section(report, prof):
     sums = {n: sum(prof["by_type"][n].values()) for n in names}
     rows.append(["**sum of op times**"] + [f"{sums[n]:.4f}" for n in names])
     rows.append(["**wall time per step**"] + [f"{prof['wall'][n]:.4f}" for n in names])
-    report.section(f"Where the time goes (TensorFlow profiler, M={prof['key']['profile']})")
+    title = title or f"M={prof['key']['profile']}"
+    report.section(f"Where the time goes (TensorFlow profiler, {title})")
     report.add(
         f"Seconds per step by op type, mean of {prof['key']['profile_steps']} profiled "
         "steps after warm-up (`tf.profiler.experimental`; with one thread op times add up "
@@ -292,12 +451,26 @@ def profile_section(report, prof):
         "",
     )
     report.table(["op type", *names], rows)
-    for name in (HALF, PITC):
+    for name in (HALF, PITC, block_name(1.0, 1.0), block_name(0.5, 1.0)):
         if name in prof["top_ops"]:
             report.add(f"Most expensive ops of {name} (s per step; `gradient_tape/...` = "
                        "backward pass):", "")  # fmt: skip
             report.table(["op (type)", "s"], [[op, f"{s:.4f}"] for op, s in
                                               prof["top_ops"][name].items()])  # fmt: skip
+    blocked = [n for n in names if n.startswith(("PITC,", "PEP α=0.5, S"))]
+    if blocked and FITC in sums:
+        out = []
+        for name in blocked:
+            by_type = prof["by_type"][name]
+            extra = {op: by_type.get(op, 0.0) - prof["by_type"][FITC].get(op, 0.0)
+                     for op in set(by_type) | set(prof["by_type"][FITC])}  # fmt: skip
+            worst = sorted(extra, key=extra.get, reverse=True)[:3]
+            out.append(
+                f"Profile ({title}): {name} takes {sums[name]:.3f} s of op time against "
+                f"GPRFITC's {sums[FITC]:.3f} s ({sums[name] / sums[FITC]:.2f}x); the extra time "
+                "is mostly " + ", ".join(f"{op} +{extra[op]:.3f} s" for op in worst) + "."
+            )
+        return out
     if HALF not in sums or FITC not in sums:
         return []
     mm = [prof["by_type"][n].get("MatMul", 0.0) for n in (HALF, FITC)]

@@ -139,21 +139,12 @@ def test_a_training_step_has_no_host_round_trip(name):
     assert not ops & HOST_OPS, f"{name}'s training step calls Python: {ops & HOST_OPS}"
 
 
-# PITC's blocks are padded to the largest block, a size read from the checkpointed partition
-# (a variable), which XLA needs to know when it compiles
-NOT_UNDER_XLA = {"PITC": "must be a compile-time constant"}
-
-
 @pytest.mark.parametrize("name", sorted(MODEL_FACTORIES))
 def test_a_training_step_compiles_under_xla(name):
     """``tf.function(jit_compile=True)`` gives the loss and gradients of the plain graph."""
     model, data = MODEL_FACTORIES[name](np.random.default_rng(0))
     plain = tf.function(lambda: _loss_and_gradients(model, data))
     xla = tf.function(lambda: _loss_and_gradients(model, data), jit_compile=True)
-    if name in NOT_UNDER_XLA:
-        with pytest.raises(tf.errors.InvalidArgumentError, match=NOT_UNDER_XLA[name]):
-            xla()
-        return
     (loss, gradients), (xla_loss, xla_gradients) = plain(), xla()
     np.testing.assert_allclose(xla_loss, loss, rtol=1e-12)
     scale = max(float(np.max(np.abs(g))) for g in gradients)  # gradients zero at an optimum

@@ -109,7 +109,8 @@ class PowerEPSGP(
     the exact limit :math:`\\alpha \\to 0`, Titsias's bound (``gpflow.models.SGPR``). The
     objective is non-decreasing in :math:`\\alpha`. Extensions (§3.7): ``alpha`` may be an
     array with one power per data point (multi-power); ``blocks`` (a partition of the data rows)
-    or ``block_size`` (k-means clusters of the inputs) give block factors, and then ``alpha``
+    or ``block_size`` (a balanced partition of the inputs: k-means with a size cap,
+    :func:`cluster_blocks`) give block factors, and then ``alpha``
     may hold one power per block; ``alpha=1`` with blocks is PITC. The structured objective uses
     the corrected sign of the paper's §3.7 (see ``docs/power_ep.md``). A heteroscedastic
     Gaussian likelihood (``variance_at``) gives per-point noise.
@@ -140,7 +141,9 @@ class PowerEPSGP(
     computation reads the partition from the variable, also in compiled functions, so a
     checkpoint restored into a model built with the same settings and data gives the saved
     model's predictions, bit for bit, whatever ``seed`` placed the k-means blocks of the new
-    model.
+    model. The padded block layout has a static shape fixed at construction (from N and
+    ``block_size``, or the given blocks' number and largest size), so training steps also
+    compile under XLA; a restored partition must fit it.
 
     **Data** are checked at construction (:mod:`gpflow_tight.validation`); real numbers of
     another dtype than ``gpflow.config.default_float()`` (integer 0/1 labels, integer inputs,
@@ -157,7 +160,8 @@ class PowerEPSGP(
     :param likelihood: defaults to ``gpflow.likelihoods.Gaussian(noise_variance)``.
     :param noise_variance: initial noise variance of the default Gaussian likelihood.
     :param blocks: a partition of ``range(N)`` into index arrays (Gaussian likelihood only).
-    :param block_size: instead of ``blocks``: cluster the inputs into blocks of about this size.
+    :param block_size: instead of ``blocks``: partition the inputs into
+        :math:`\\lceil N / S \\rceil` blocks of nearby points of at most this size S.
     :param seed: of the k-means clustering for ``block_size``.
     :param inference: ``"closed_form"`` (Gaussian likelihoods) or ``"sites"``; by default the
         first when the likelihood is Gaussian.
@@ -168,6 +172,7 @@ class PowerEPSGP(
     _constructor_only = (
         "alpha",
         "block_assignment",
+        "_block_layout_shape",
         "inference",
         "num_gauss_hermite_points",
         "num_data",
@@ -224,14 +229,21 @@ class PowerEPSGP(
                 "Block (PITC-like) factors are implemented for Gaussian likelihoods with "
                 "`inference='closed_form'` only; drop `blocks`/`block_size`."
             )
-        labels = partition(X, blocks, block_size, seed)
+        layout = partition(X, blocks, block_size, seed)
         # state, not a setting: saved by checkpoints and read by the computation
         self.block_assignment: tf.Variable | None = (
             None
-            if labels is None
-            else tf.Variable(labels, trainable=False, dtype=tf.int64, name="block_assignment")
+            if layout is None
+            else tf.Variable(
+                layout.labels, trainable=False, dtype=tf.int64, name="block_assignment"
+            )
         )
-        num_blocks = None if labels is None else int(labels.max()) + 1
+        # the padded layout's static shape [blocks, rows per block], a setting: compiled functions
+        # (also under XLA) know it at trace time; a restored partition must fit it
+        self._block_layout_shape: tuple[int, int] | None = (
+            None if layout is None else (layout.num_blocks, layout.capacity)
+        )
+        num_blocks = None if layout is None else layout.num_blocks
         self.alpha = check_alpha(alpha, self.num_data, num_blocks)
         if inference == "sites":
             check_site_alpha(self.alpha)
@@ -257,10 +269,19 @@ class PowerEPSGP(
             "gpflow.utilities.parameter_dict(old))`."
         )
 
+    @property
+    def block_layout_shape(self) -> tuple[int, int] | None:
+        """
+        The static shape ``(blocks, rows per block)`` of the padded block layout, fixed at
+        construction: :math:`(\\lceil N/S \\rceil, \\lceil N/B \\rceil)` for ``block_size``
+        S, (number of blocks, largest block) for given ``blocks``; ``None`` without blocks.
+        """
+        return self._block_layout_shape
+
     def _partition(self) -> BlockPartition | None:
-        if self.block_assignment is None:
+        if self.block_assignment is None or self._block_layout_shape is None:
             return None
-        return BlockPartition(self.block_assignment)
+        return BlockPartition(self.block_assignment, *self._block_layout_shape)
 
     def _site_batch(self, indices: tf.Tensor | None) -> SiteBatch:
         return site_batch(

@@ -33,6 +33,7 @@ from gpflow.posteriors import PrecomputeCacheType
 
 import gpflow_tight
 from gpflow_tight import DTC, FITC, PITC, VFE, PowerEPSGP, validation
+from gpflow_tight.models.power_ep import cluster_blocks
 from gpflow_tight.validation import DtypeCastWarning
 from tests.reference import log_gauss, nystrom_parts, se_kernel
 from tests.reference_power_ep import pep_kbar, pep_objective, pep_posterior, predict_from_qu
@@ -328,6 +329,146 @@ def test_block_size_clusters_the_inputs(rng):
     np.testing.assert_allclose(model.log_marginal_likelihood().numpy(), reference, rtol=1e-10)
 
 
+def clustered_inputs(rng, sizes, input_dim=2):
+    """Tight clusters of the given sizes (uneven), far apart: k-means alone gives uneven blocks."""
+    centres = 10 * rng.standard_normal((len(sizes), input_dim))
+    return np.concatenate(
+        [c + 0.1 * rng.standard_normal((n, input_dim)) for c, n in zip(centres, sizes)]
+    )
+
+
+@pytest.mark.parametrize(
+    "num_data, block_size, input_dim",
+    [(60, 10, 2), (61, 10, 2), (97, 8, 1), (25, 25, 3), (26, 25, 2), (7, 3, 2), (30, 1, 2)],
+)
+def test_balanced_partition_covers_every_row_once_in_blocks_of_at_most_block_size(
+    rng, num_data, block_size, input_dim
+):
+    """
+    ``block_size`` = S gives B = ceil(N / S) non-empty blocks of at most ceil(N / B) <= S rows,
+    every row in exactly one, also where the inputs form clusters of very uneven sizes; the
+    padded layout is B x ceil(N / B), from N and S only.
+    """
+    for X in (
+        rng.uniform(-3, 3, (num_data, input_dim)),
+        clustered_inputs(rng, [num_data - num_data // 4 - 1, num_data // 4, 1], input_dim),
+    ):
+        blocks = cluster_blocks(X, block_size, seed=2)
+        num_blocks = int(np.ceil(num_data / block_size))
+        capacity = int(np.ceil(num_data / num_blocks))
+        assert len(blocks) == num_blocks
+        sizes = np.array([len(block) for block in blocks])
+        assert np.all(sizes >= 1) and np.all(sizes <= capacity) and capacity <= block_size
+        np.testing.assert_array_equal(np.sort(np.concatenate(blocks)), np.arange(num_data))
+        Y = np.zeros((num_data, 1))
+        model = PITC((X, Y), kernel(), X[:3], noise_variance=NOISE, block_size=block_size)
+        assert model.block_layout_shape == (num_blocks, capacity)
+        assert all(len(block) <= capacity for block in model.blocks)
+
+
+def test_balanced_blocks_hold_nearby_points_and_depend_on_the_seed(rng):
+    """k-means with a size cap: blocks are tighter than a random partition of the same sizes."""
+    X = clustered_inputs(rng, [50, 20, 10])
+    blocks = cluster_blocks(X, 10, seed=0)
+
+    def spread(parts):
+        return np.mean([np.mean(np.sum((X[p] - X[p].mean(0)) ** 2, axis=1)) for p in parts])
+
+    shuffled = rng.permutation(len(X))
+    random_blocks = np.split(shuffled, np.cumsum([len(b) for b in blocks])[:-1])
+    assert spread(blocks) < 0.1 * spread(random_blocks)
+    X = rng.uniform(-3, 3, (60, 2))
+    first, second = cluster_blocks(X, 10, seed=0), cluster_blocks(X, 10, seed=1)
+    assert any(not np.array_equal(a, b) for a, b in zip(first, second))
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.5, 0.9])
+def test_block_power_correction_equals_the_dense_log_determinant(rng, alpha):
+    """
+    The correction from the block Cholesky factor, (1 - α)/(2α) Σ_b log|I + α Σ_b^{-1/2} D_bb
+    Σ_b^{-1/2}|, against numpy's eigenvalues of each dense block, with per-point noise and blocks
+    of uneven size: the objective minus log N(y; 0, K̄) (dense) is minus the correction.
+    """
+    X, Y, Z = make_problem(rng, num_outputs=2, input_dim=1)
+    blocks = random_partition(rng, len(X), 5)
+    noise_function = gpflow.functions.Polynomial(degree=2, w=np.array([0.05, 0.01, 0.02]))
+    likelihood = gpflow.likelihoods.Gaussian(variance=noise_function)
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, likelihood=likelihood, blocks=blocks)
+    noise = 0.05 + 0.01 * X[:, 0] + 0.02 * X[:, 0] ** 2
+    _, Qff, Dff = nystrom_parts(X, Z, VARIANCE, LENGTHSCALE)
+    Kbar = Qff + np.diag(noise)
+    correction = 0.0
+    for block in blocks:
+        Kbar[np.ix_(block, block)] += alpha * Dff[np.ix_(block, block)]
+        scale = 1 / np.sqrt(noise[block])
+        eigenvalues = np.linalg.eigvalsh(scale[:, None] * Dff[np.ix_(block, block)] * scale)
+        correction += (1 - alpha) / (2 * alpha) * np.sum(np.log1p(alpha * eigenvalues))
+    np.testing.assert_allclose(
+        log_gauss(Y, Kbar) - model.log_marginal_likelihood().numpy(),
+        2 * correction,  # two output columns
+        rtol=1e-9,
+    )
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_balanced_blocks_equal_the_dense_reference(rng, alpha):
+    """PITC (and α = 0.5) on balanced blocks of clustered inputs: objective and predictions."""
+    X = clustered_inputs(rng, [30, 8, 5])
+    Y = np.sin(X[:, :1]) + 0.2 * rng.standard_normal((len(X), 1))
+    Z = X[rng.choice(len(X), 6, replace=False)] + 0.05
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE, block_size=9)
+    assert max(len(block) for block in model.blocks) <= 9
+    alphas = [alpha] * len(model.blocks)
+    reference = dense_objective(X, Y, Z, alphas, model.blocks)
+    np.testing.assert_allclose(model.log_marginal_likelihood().numpy(), reference, rtol=1e-10)
+    Xnew = X[:4] + 0.3
+    _, (mean, cov) = dense_prediction(X, Y, Z, Xnew, alphas, model.blocks)
+    f_mean, f_cov = model.predict_f(Xnew, full_cov=True)
+    np.testing.assert_allclose(f_mean.numpy(), mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(f_cov.numpy()[0], cov, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, [0.0, 0.3, 1.0, 0.7]])
+def test_block_gradients_equal_finite_differences_of_the_dense_objective(rng, alpha):
+    """
+    The block terms have a hand-written gradient (not autodiff through the Cholesky): the
+    gradient w.r.t. kernel variance, lengthscale, noise and Z equals central differences of the
+    dense numpy objective, for two output columns.
+    """
+    X, Y, Z = make_problem(rng, num_data=24, num_inducing=4, num_outputs=2)
+    blocks = random_partition(rng, len(X), 4)
+    alphas = np.broadcast_to(np.asarray(alpha, dtype=float), (4,))
+    model = PowerEPSGP((X, Y), kernel(), Z, alpha=alpha, noise_variance=NOISE, blocks=blocks)
+    parameters = [model.kernel.variance, model.kernel.lengthscales, model.likelihood.variance]
+    with tf.GradientTape(persistent=True) as tape:
+        objective = model.log_marginal_likelihood()
+        values = [p + 0 for p in parameters]  # the constrained values, read under the tape
+    wrt = [p.unconstrained_variable for p in parameters]
+    got = [
+        tape.gradient(objective, u).numpy() / tape.gradient(v, u).numpy()
+        for u, v in zip(wrt, values)
+    ]
+    got_Z = tape.gradient(objective, model.inducing_variable.Z.unconstrained_variable).numpy()
+
+    def dense(variance=VARIANCE, lengthscale=LENGTHSCALE, noise=NOISE, Z=Z):
+        _, Qff, Dff = nystrom_parts(X, Z, variance, lengthscale)
+        return pep_objective(Qff, Dff, Y, noise, alphas, blocks)
+
+    step = 1e-6
+    for name, value, gradient in zip(
+        ["variance", "lengthscale", "noise"], [VARIANCE, LENGTHSCALE, NOISE], got
+    ):
+        difference = (dense(**{name: value + step}) - dense(**{name: value - step})) / (2 * step)
+        np.testing.assert_allclose(gradient, difference, rtol=1e-6)
+    expected_Z = np.zeros_like(Z)
+    for i in np.ndindex(Z.shape):
+        up, down = Z.copy(), Z.copy()
+        up[i] += step
+        down[i] -= step
+        expected_Z[i] = (dense(Z=up) - dense(Z=down)) / (2 * step)
+    np.testing.assert_allclose(got_Z, expected_Z, rtol=1e-5, atol=1e-6 * np.abs(expected_Z).max())
+
+
 def test_bcm_is_pitc_with_pseudo_inputs_at_the_test_inputs(rng):
     """Property 22: the Bayesian committee machine = PITC with Z = X*, blocks = the parts."""
     X, Y, _ = make_problem(rng, num_data=30)
@@ -609,6 +750,31 @@ def test_a_restored_partition_must_match_the_per_block_powers(rng, tmp_path):
     four.block_assignment.assign(-np.ones(40, np.int64))
     with pytest.raises(tf.errors.InvalidArgumentError, match="negative block number"):
         four.log_marginal_likelihood()
+
+
+def test_a_restored_partition_must_fit_the_static_layout(rng):
+    """
+    The padded layout's shape is fixed at construction (4 blocks of at most 10 rows for N = 40,
+    block_size = 10): another partition that fits it is used (and equals the dense formula), one
+    with a larger block or a fifth block is refused with a message that says what to do.
+    """
+    X, Y, Z = make_problem(rng)
+    model = PITC((X, Y), kernel(), Z, noise_variance=NOISE, block_size=10)
+    assert model.block_layout_shape == (4, 10)
+    model.block_assignment.assign(np.repeat(np.arange(5), 8) // 2)  # 16, 16 and 8 rows
+    with pytest.raises(tf.errors.InvalidArgumentError, match="block of more than 10 rows"):
+        model.log_marginal_likelihood()
+    model.block_assignment.assign(np.repeat(np.arange(5), 8))  # five blocks of 8 rows
+    with pytest.raises(tf.errors.InvalidArgumentError, match="block number >= 4"):
+        model.log_marginal_likelihood()
+    other = np.repeat(np.arange(4), 10)[rng.permutation(40)]  # another partition that fits
+    model.block_assignment.assign(other)
+    blocks = [np.flatnonzero(other == b) for b in range(4)]
+    np.testing.assert_allclose(
+        model.log_marginal_likelihood().numpy(),
+        dense_objective(X, Y, Z, [1.0] * len(blocks), blocks),
+        rtol=1e-10,
+    )
 
 
 @pytest.mark.parametrize("preset", ["PowerEPSGP", "FITC", "VFE", "DTC", "PITC"])
