@@ -6,6 +6,9 @@ inputs, each row nearest first.
   TensorFlow ops only, so the same eagerly, under ``tf.function`` and in an exported SavedModel,
   with memory :math:`O(Qk)` plus a fixed-size working block. VNNGP uses it for predictions and
   for data batches that do not carry their neighbours.
+- :func:`graph_find_rows`: which row of ``points`` each query equals exactly, by a
+  lexicographic binary search over an order from :func:`lexicographic_order`, in
+  :math:`O(QD\\log M)` TensorFlow ops (VNNGP's data batches of inducing inputs, Z = X).
 - :func:`nearest_neighbors` and :func:`sequential_nearest_neighbors`: tables computed once with
   ``scipy.spatial.cKDTree`` outside the graph (the training inputs' neighbours, the Vecchia
   prior's neighbour sets :math:`n(j)`).
@@ -21,7 +24,13 @@ import numpy as np
 import tensorflow as tf
 from scipy.spatial import cKDTree
 
-__all__ = ["graph_nearest_neighbors", "nearest_neighbors", "sequential_nearest_neighbors"]
+__all__ = [
+    "graph_find_rows",
+    "graph_nearest_neighbors",
+    "lexicographic_order",
+    "nearest_neighbors",
+    "sequential_nearest_neighbors",
+]
 
 _BRUTE_FORCE_BLOCK = 32  # below this block size, distances are cheaper than trees
 QUERY_BLOCK = 512  # query rows per block of the graph search
@@ -253,3 +262,51 @@ def sequential_nearest_neighbors(points: np.ndarray, k: int) -> tuple[np.ndarray
         block *= 2
     mask = np.isfinite(best_d)
     return np.where(mask, best_i, 0), mask
+
+
+def lexicographic_order(points: np.ndarray) -> np.ndarray:
+    """The rows [M] of ``points`` [M, D] sorted lexicographically (first column first)."""
+    return np.lexsort(np.asarray(points).T[::-1]).astype(np.int64)
+
+
+def graph_find_rows(
+    points: tf.Tensor, order: tf.Tensor, queries: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """
+    For each query [Q, D], the row of ``points`` [M, D] it equals (every coordinate ``==``) and
+    whether there is one: ``(rows [Q] int64, found [Q] bool)``, ``rows`` meaningless where not
+    found. ``order`` [M] sorts ``points`` lexicographically (:func:`lexicographic_order`).
+
+    A lower-bound binary search in the lexicographic order, :math:`\\lceil\\log_2(M + 1)\\rceil`
+    steps that each gather one row of ``points`` per query: :math:`O(QD\\log M)` time and
+    :math:`O(QD)` memory, comparisons only (no arithmetic, so no rounding), in TensorFlow ops
+    (the same eagerly, compiled and on any device). With duplicated rows, any one of them.
+    """
+    points = tf.convert_to_tensor(points)
+    queries = tf.convert_to_tensor(queries, dtype=points.dtype)
+    num_points = points.shape[0]
+    if num_points is None or num_points < 1:
+        raise ValueError(f"`points` must have a static number of rows ≥ 1, got {points.shape}.")
+    order = tf.convert_to_tensor(order, dtype=tf.int64)
+    batch = tf.shape(queries, out_type=tf.int64)[:1]
+    low = tf.zeros(batch, tf.int64)
+    high = tf.fill(batch, tf.constant(num_points, tf.int64))
+    for _ in range(int(np.ceil(np.log2(num_points + 1)))):
+        middle = (low + high) // 2
+        active = low < high
+        row = tf.gather(points, tf.gather(order, tf.minimum(middle, num_points - 1)))
+        below = _lexicographically_less(row, queries)
+        low = tf.where(active & below, middle + 1, low)
+        high = tf.where(active & ~below, middle, high)
+    rows = tf.gather(order, tf.minimum(low, num_points - 1))
+    found = tf.reduce_all(tf.equal(tf.gather(points, rows), queries), axis=-1)
+    return rows, found
+
+
+def _lexicographically_less(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """Row-wise ``a < b`` [Q] in lexicographic order, for rows [Q, D]."""
+    differ = tf.not_equal(a, b)
+    first = tf.argmax(tf.cast(differ, tf.int32), axis=-1, output_type=tf.int32)
+    a_first = tf.gather(a, first, axis=-1, batch_dims=1)
+    b_first = tf.gather(b, first, axis=-1, batch_dims=1)
+    return tf.reduce_any(differ, axis=-1) & (a_first < b_first)

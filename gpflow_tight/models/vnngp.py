@@ -18,7 +18,13 @@ from gpflow.models import ExternalDataTrainingLossMixin, GPModel
 from gpflow.posteriors import PrecomputeCacheType
 from gpflow.utilities import positive
 
-from ..neighbors import graph_nearest_neighbors, nearest_neighbors, sequential_nearest_neighbors
+from ..neighbors import (
+    graph_find_rows,
+    graph_nearest_neighbors,
+    lexicographic_order,
+    nearest_neighbors,
+    sequential_nearest_neighbors,
+)
 from ..posteriors import VNNGPPosterior
 from ..validation import (
     check_kernel,
@@ -54,12 +60,13 @@ def _checked_batch(model: "VNNGP", data: Any, allow_empty: bool = False) -> tupl
         if (
             not neighbors.dtype.is_integer
             or neighbors.shape.rank != 2
+            or neighbors.shape[1] == 0
             or None not in (rows, neighbors.shape[0])
             and rows != neighbors.shape[0]
         ):
             raise ValueError(
-                "`data` neighbors must be integer rows [N, K] of inducing points, one row per "
-                f"row of X ({rows}), got dtype {neighbors.dtype.name} and shape "
+                "`data` neighbors must be integer rows [N, K] (K >= 1) of inducing points, one "
+                f"row per row of X ({rows}), got dtype {neighbors.dtype.name} and shape "
                 f"{tuple(neighbors.shape)}; build `data` with `model.training_data(X, Y)`."
             )
     return checked
@@ -97,6 +104,11 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
       nearest inducing points are found in the graph by
       :func:`~gpflow_tight.neighbors.graph_nearest_neighbors`, :math:`O(BMD)` time and
       :math:`O(BK)` memory; both searches break ties towards the lower row of Z.
+    - A data point that is an inducing input (Z = X) reads :math:`q(f_i) = q(u_j)` exactly, with
+      no kernel work and no jitter (``p(f_i | u_{n(i)})`` is a point mass there); plain
+      ``(X, Y)`` batches find such rows in Z by
+      :func:`~gpflow_tight.neighbors.graph_find_rows`, :math:`O(BD \\log M)`, and search
+      neighbours only when some row is not one.
     - ``inducing_batch_size`` (default: all M, the exact KL every step) samples that many
       inducing points uniformly with replacement for an unbiased KL estimate (eq. 19); an
       explicit ``inducing_indices`` argument of :meth:`elbo` overrides it.
@@ -202,6 +214,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             tf.fill([num_inducing, self.num_neighbors], tf.constant(-1, tf.int64)),
             trainable=False,
         )
+        # Z's rows in lexicographic order, for finding data rows that are inducing inputs.
+        self._sorted_rows = tf.Variable(tf.range(num_inducing, dtype=tf.int64), trainable=False)
         self.update_neighbors()
         self._sampler = tf.random.Generator.from_seed(seed)
 
@@ -235,6 +249,7 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         table = np.empty_like(index)
         table[self.ordering] = np.where(mask, self.ordering[index], -1)  # positions to rows of Z
         self._prior_table.assign(table)
+        self._sorted_rows.assign(lexicographic_order(Z))
 
     def neighbors(self, X: np.ndarray, k: int | None = None) -> np.ndarray:
         """
@@ -280,17 +295,62 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         return tf.reshape(residual, shape), tf.reshape(tf.square(std), shape)
 
     def _q_g(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
-        """Eq. 25 without the mean function at X: the marginals of q(f) - μ(X), [B, L] each."""
+        """
+        Eq. 25 without the mean function at X: the marginals of q(f) - μ(X), [B, L] each.
+
+        A row of X that equals one of its neighbours' inducing inputs :math:`\\mathbf z_j`
+        (bit for bit; Z has no duplicated rows, so there is at most one) reads
+        :math:`q(f_i) = q(u_j)` exactly: :math:`p(f_i \\mid \\mathbf u_{n(i)})` is then a point
+        mass at :math:`u_j`, which eq. 25 only approaches through :math:`K_{nn} + \\epsilon I`.
+        This is GPyTorch's data term at Z = X. When every row is such a row (a batch of
+        training inputs with Z = X) no kernel is evaluated at all.
+        """
         Z = self.inducing_variable.Z
-        a, c = VNNGPPosterior.conditional_on_neighbors(self.kernel, Z, X, neighbors)
-        residual, variances = self._q_rows(neighbors)  # [B, K, L]
-        mean = tf.einsum("bk,bkl->bl", a, residual)
-        return mean, c[:, None] + tf.einsum("bk,bkl->bl", tf.square(a), variances)
+        nearest = neighbors[:, 0]
+        nearest_is_x = tf.reduce_all(tf.equal(X, tf.gather(Z, nearest)), axis=-1)  # [B]
+
+        def from_q_u() -> MeanAndVariance:  # every row is its nearest inducing input
+            return self._q_rows(nearest)
+
+        def conditional() -> MeanAndVariance:
+            a, c = VNNGPPosterior.conditional_on_neighbors(self.kernel, Z, X, neighbors)
+            residual, variances = self._q_rows(neighbors)  # [B, K, L]
+            mean = tf.einsum("bk,bkl->bl", a, residual)
+            var = c[:, None] + tf.einsum("bk,bkl->bl", tf.square(a), variances)
+            # rows equal to any of their neighbours (neighbour rows in any order)
+            equal = tf.reduce_all(tf.equal(X[:, None, :], tf.gather(Z, neighbors)), axis=-1)
+            column = tf.argmax(tf.cast(equal, tf.int32), axis=1, output_type=tf.int32)
+            where = tf.reduce_any(equal, axis=1)[:, None]
+            exact_mean = tf.gather(residual, column, axis=1, batch_dims=1)  # [B, L]
+            exact_var = tf.gather(variances, column, axis=1, batch_dims=1)
+            return tf.where(where, exact_mean, mean), tf.where(where, exact_var, var)
+
+        return tf.cond(tf.reduce_all(nearest_is_x), from_q_u, conditional)
 
     def _q_f(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
         """Eq. 25: the marginals of q(f) at X, [B, L] each."""
         mean, var = self._q_g(X, neighbors)
         return mean + self.mean_function(X), var
+
+    def _q_f_searched(self, X: tf.Tensor) -> MeanAndVariance:
+        """
+        Eq. 25 at X without given neighbours. When every row of X is an inducing input (found
+        by :func:`~gpflow_tight.neighbors.graph_find_rows`, :math:`O(BD \\log M)`), the
+        marginals are read off q(u) with no neighbour search; otherwise the nearest inducing
+        inputs are searched (:func:`~gpflow_tight.neighbors.graph_nearest_neighbors`,
+        :math:`O(BMD)`) and the rows that are inducing inputs still read q(u) (:meth:`_q_g`).
+        """
+        Z = self.inducing_variable.Z
+        rows, found = graph_find_rows(Z, self._sorted_rows, X)
+
+        def from_q_u() -> MeanAndVariance:
+            residual, variances = self._q_rows(rows)
+            return residual + self.mean_function(X), variances
+
+        def searched() -> MeanAndVariance:
+            return self._q_f(X, graph_nearest_neighbors(Z, X, self.num_neighbors_predict))
+
+        return tf.cond(tf.reduce_all(found), from_q_u, searched)
 
     def predict_g(self, Xnew: InputData) -> MeanAndVariance:
         """The marginals of q(f*) - μ(x*) (eq. 25 without the mean function), [N*, L] each."""
@@ -339,11 +399,9 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         """
         X, Y = data[0], data[1]
         if len(data) > 2:
-            neighbors = data[2]
+            mean, var = self._q_f(X, data[2])
         else:
-            Z = self.inducing_variable.Z
-            neighbors = graph_nearest_neighbors(Z, X, self.num_neighbors_predict)
-        mean, var = self._q_f(X, neighbors)
+            mean, var = self._q_f_searched(X)
         expected = tf.reduce_sum(self.likelihood.variational_expectations(X, mean, var, Y))
         if self.num_data is not None:
             batch = tf.cast(tf.shape(X)[0], expected.dtype)

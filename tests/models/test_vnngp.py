@@ -35,7 +35,9 @@ from gpflow.posteriors import PrecomputeCacheType
 import gpflow_tight
 from gpflow_tight import VNNGP, neighbors
 from gpflow_tight.neighbors import (
+    graph_find_rows,
     graph_nearest_neighbors,
+    lexicographic_order,
     nearest_neighbors,
     sequential_nearest_neighbors,
 )
@@ -149,6 +151,27 @@ def test_test_point_neighbors_and_update_after_moving_z(rng):
     mask = table >= 0
     for j, want in enumerate(reference):
         np.testing.assert_array_equal(table[j][mask[j]], want)
+    # the moved inputs are found as inducing inputs: their data term is q(u)'s
+    Y = rng.standard_normal((len(Z), 1))
+    expected = gaussian_expectation(Y, q_mu, q_sqrt**2) - model.prior_kl().numpy()
+    np.testing.assert_allclose(model.elbo((moved, Y)).numpy(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_graph_find_rows_equals_brute_force(rng, dtype):
+    """Exact row lookup: every row of Z is found at its own index, other points are not; on a
+    grid (many ties in each column) and on continuous inputs; compiled and eager."""
+    grid = np.stack(np.meshgrid(*[np.arange(4.0)] * 3), -1).reshape(-1, 3)
+    for Z in (grid[rng.permutation(len(grid))], rng.uniform(-3, 3, (50, 2)), grid[:1]):
+        Z = Z.astype(dtype)
+        queries = np.vstack([Z[rng.permutation(len(Z))], Z[:3] + dtype(0.5), Z[:2]])
+        expected = np.array([np.flatnonzero((Z == q).all(1)) for q in queries], dtype=object)
+        for search in (graph_find_rows, tf.function(graph_find_rows)):
+            rows, found = search(tf.constant(Z), lexicographic_order(Z), tf.constant(queries))
+            np.testing.assert_array_equal(found, [len(e) == 1 for e in expected])
+            np.testing.assert_array_equal(rows.numpy()[found], [e[0] for e in expected if len(e)])
+    rows, found = graph_find_rows(tf.constant(Z), lexicographic_order(Z), tf.zeros([0, 3], dtype))
+    assert rows.shape == (0,) and found.shape == (0,)
 
 
 def brute_force_neighbors(points, queries, k):
@@ -381,6 +404,59 @@ def test_training_inputs_as_inducing_points_give_q_u(rng):
     np.testing.assert_allclose(var.numpy(), q_sqrt**2, rtol=1e-5, atol=1e-7)
 
 
+def test_data_term_at_inducing_inputs_is_q_u_exactly(rng):
+    """
+    Issue 15: a data point that is an inducing input reads q(f_i) = q(u_i) (GPyTorch's data
+    term), not eq. 25 through K_nn + εI, at the default jitter, for every way a batch arrives:
+    plain (X, Y) (graph search), with neighbour rows, compiled, a shuffled subset, and a batch
+    mixing inducing inputs with other points (those keep eq. 25).
+    """
+    X, Y, _, _, _ = make_problem(rng, num_data=25)
+    q_mu, q_sqrt = rng.standard_normal((25, 2)), rng.uniform(0.2, 1, (25, 2))
+    Y = np.hstack([Y, -Y])
+    mean_function = gpflow.mean_functions.Constant(0.3)
+    model = model_for(X, q_mu, q_sqrt, 4, num_data=25, mean_function=mean_function)
+    Ktilde = dense_vecchia_covariance(X, brute_force_prior_neighbors(X, model.ordering, 4))
+    kl = sum(gauss_kl(q_mu[:, l] - 0.3, np.diag(q_sqrt[:, l] ** 2), Ktilde) for l in range(2))
+    reference = gaussian_expectation(Y, q_mu, q_sqrt**2) - kl
+    compiled = tf.function(model.elbo)
+    triple = model.training_data(X, Y)
+    reversed_neighbors = (*triple[:2], triple[2][:, ::-1])  # the match is not the first column
+    for data in ((X, Y), triple, reversed_neighbors):
+        np.testing.assert_allclose(model.elbo(data).numpy(), reference, rtol=1e-10)
+        np.testing.assert_allclose(compiled(data).numpy(), reference, rtol=1e-10)
+    # eq. 25 at the default jitter is measurably different, so the check above has teeth
+    eq25_mean, eq25_var = dense_q_f(X, X, q_mu, q_sqrt, 4, mean=0.3)
+    assert abs(gaussian_expectation(Y, eq25_mean, eq25_var) - kl - reference) > 1e-6
+    rows = rng.permutation(25)[:7]
+    expected = 25 / 7 * gaussian_expectation(Y[rows], q_mu[rows], q_sqrt[rows] ** 2) - kl
+    np.testing.assert_allclose(model.elbo((X[rows], Y[rows])).numpy(), expected, rtol=1e-10)
+    Xnew = rng.uniform(-3, 3, (4, 2))
+    mixed = np.vstack([X[rows], Xnew])
+    new_mean, new_var = dense_q_f(Xnew, X, q_mu, q_sqrt, 4, mean=0.3)
+    data_term = gaussian_expectation(Y[rows], q_mu[rows], q_sqrt[rows] ** 2)
+    data_term += gaussian_expectation(Y[:4], new_mean, new_var)
+    expected = 25 / 11 * data_term - kl
+    mixed_Y = np.vstack([Y[rows], Y[:4]])
+    np.testing.assert_allclose(model.elbo((mixed, mixed_Y)).numpy(), expected, rtol=1e-10)
+    np.testing.assert_allclose(compiled((mixed, mixed_Y)).numpy(), expected, rtol=1e-10)
+
+
+def test_data_term_at_inducing_inputs_evaluates_no_kernel(rng):
+    """A batch of inducing inputs has gradients for q(u) only: the kernel is not evaluated."""
+    X, Y, _, q_mu, q_sqrt = make_problem(rng, num_inducing=30)
+    model = model_for(X, q_mu, q_sqrt, 4, num_data=30)
+    with tf.GradientTape() as tape:
+        expected = tf.reduce_sum(
+            model.likelihood.variational_expectations(X, *model._q_f(X, model.neighbors(X)), Y)
+        )
+    kernel_gradients = tape.gradient(expected, model.kernel.trainable_variables)
+    assert all(gradient is None for gradient in kernel_gradients)
+    np.testing.assert_allclose(
+        expected.numpy(), gaussian_expectation(Y, q_mu, q_sqrt**2), rtol=1e-12
+    )
+
+
 def test_closed_form_optimum_for_gaussian_likelihood(rng):
     """P6: with Z = X the optimal mean-field q and the optimal ELBO are closed form, and the
     optimiser reaches them."""
@@ -388,16 +464,8 @@ def test_closed_form_optimum_for_gaussian_likelihood(rng):
     k = 4
     start = model_for(X, np.zeros((20, 1)), np.ones((20, 1)), k, ordering="given")
     Ktilde = dense_vecchia_covariance(X, brute_force_prior_neighbors(X, np.arange(20), k))
-    # The data term sees q(f_i) = q(u_i) up to the jitter, so use the exact conditional's
-    # A = K_{X n} (K_nn + εI)^-1 rows for the optimum (eq. 25's conditional, general X ≠ Z).
-    A = np.zeros((20, 20))
-    C = np.zeros(20)
-    for i, x in enumerate(X):
-        n = np.argsort(np.sum((X - x) ** 2, axis=1))[:k]
-        K_nn = se_kernel(X[n], X[n], VARIANCE, LENGTHSCALE) + JITTER * np.eye(k)
-        k_nx = se_kernel(X[n], x[None], VARIANCE, LENGTHSCALE)[:, 0]
-        A[i, n] = np.linalg.solve(K_nn, k_nx)
-        C[i] = VARIANCE - k_nx @ A[i, n]
+    # At Z = X the data term reads q(f_i) = q(u_i) exactly: A = I and no conditional variance.
+    A, C = np.eye(20), np.zeros(20)
     Lambda = np.linalg.inv(Ktilde) + A.T @ A / NOISE
     m_star = np.linalg.solve(Lambda, A.T @ Y / NOISE)
     s_star = 1 / np.diag(Lambda)
@@ -792,6 +860,10 @@ def test_bad_inducing_inputs_and_data(rng):
         model.elbo((X, Y[:5]))
     with pytest.raises(ValueError, match="2 columns"):
         model.predict_f(X[:, :1])
+    with pytest.raises(ValueError, match=r"K >= 1"):
+        model.elbo((X, Y, np.zeros((len(X), 0), dtype=np.int64)))
+    with pytest.raises(ValueError, match="integer rows"):
+        model.elbo((X, Y, np.zeros((len(X), 3))))
 
 
 # --- the neighbour conditionals: centring and float32 (docs/float32.md) -----------------------
