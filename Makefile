@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: demo test test-gpflow test-docs browser lint format bench docs clean
+.PHONY: demo test test-gpflow test-compat test-docs browser lint format bench docs dist clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -32,12 +32,37 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff check --fix gpflow_tight tests benchmarks notebooks examples docs/conf.py
 
 test: lint browser
-	$(BIN)/pytest -n 2 --durations=15 --ignore=tests/integration/test_gpflow_suite.py tests
+	$(BIN)/pytest -n 2 --durations=15 --ignore=tests/integration/test_gpflow_suite.py \
+		--ignore=tests/compat tests
 	$(MAKE) --no-print-directory test-gpflow
 
 # GPflow's own tests with each drop-in swapped in (they run on both cores in subprocesses)
 test-gpflow: $(VENV)/.installed-test
 	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_gpflow_suite.py
+
+# the sdist, and the wheel built from it (so a file missing from the sdist breaks the wheel)
+dist: $(VENV)/.installed-test
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+# A second environment on the stack Trieste and GPflux pin (tensorflow 2.18): the wheel of
+# `make dist` installed into it, a smoke test of the installed package from outside the source
+# tree, the integration tests (tests/compat) and the two integration notebooks, shortened.
+COMPAT := .venv-compat
+COMPAT_PINS := trieste==4.6.1 gpflux==0.4.5
+
+$(COMPAT)/bin/python:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
+	$(PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/python -m pip install --quiet --upgrade pip
+
+test-compat: dist | $(COMPAT)/bin/python
+	$(COMPAT)/bin/pip install --quiet dist/*.whl $(COMPAT_PINS) pytest pytest-xdist
+	$(COMPAT)/bin/pip install --quiet --force-reinstall --no-deps dist/*.whl
+	$(COMPAT)/bin/pip check
+	cd "$$(mktemp -d)" && $(abspath $(COMPAT))/bin/python $(abspath tests/compat/installed_smoke.py)
+	$(COMPAT)/bin/pytest -n 2 --durations=10 tests/compat
+	GPFLOW_TIGHT_QUICK=1 MPLBACKEND=Agg $(COMPAT)/bin/python notebooks/trieste_bo.pct.py
 
 # the site works offline: built without the notebooks, its maths checked in headless Chromium
 # (`make test` runs this test too)
@@ -75,4 +100,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/gpflow_notebooks.py
 
 clean:
-	rm -rf $(VENV) demo_output build docs/_build *.egg-info
+	rm -rf $(VENV) $(COMPAT) demo_output build dist docs/_build *.egg-info

@@ -33,6 +33,7 @@ from gpflow.covariances import Kuf, Kuu
 from gpflow.inducing_variables import (
     FallbackSeparateIndependentInducingVariables,
     FallbackSharedIndependentInducingVariables,
+    InducingPoints,
     MultioutputInducingVariables,
     SeparateIndependentInducingVariables,
 )
@@ -82,18 +83,85 @@ class OrthogonalFactors(NamedTuple):
     L_v: tf.Tensor
 
 
+def _plain_points(inducing_variable: OrthogonalInducingVariables, kernel: Kernel) -> bool:
+    """
+    Whether both sets are inducing points whose covariances are GPflow's generic kernel
+    evaluations: then one evaluation over the union serves both sets (five kernel calls become
+    two, which is most of the cost of a small model's step when it runs eagerly).
+    """
+    generic_kuu = Kuu.dispatch(InducingPoints, Kernel)
+    generic_kuf = Kuf.dispatch(InducingPoints, Kernel, tf.Tensor)
+    return all(
+        type(points) is InducingPoints
+        and Kuu.dispatch(type(points), type(kernel)) is generic_kuu
+        and Kuf.dispatch(type(points), type(kernel), tf.Tensor) is generic_kuf
+        for points in (inducing_variable.regular, inducing_variable.orthogonal)
+    )
+
+
+def _union_locations(inducing_variable: OrthogonalInducingVariables) -> tuple[tf.Tensor, Any]:
+    regular = inducing_variable.regular.Z
+    union = tf.concat([regular, inducing_variable.orthogonal.Z], axis=0)
+    return union, tf.shape(regular)[0]
+
+
 @check_shapes(
     "return[0]: [M_u, M_u]",
     "return[1]: [M_u, M_v]",
+    "return[2]: [M_v, M_v]",
+)
+def _inducing_covariances(
+    inducing_variable: OrthogonalInducingVariables, kernel: Kernel, jitter: float
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """:math:`K_{uu} + \\varepsilon I`, :math:`K_{uv}` and :math:`K_{vv} + \\varepsilon I`."""
+    regular, orthogonal = inducing_variable.regular, inducing_variable.orthogonal
+    if not _plain_points(inducing_variable, kernel):
+        return (
+            Kuu(regular, kernel, jitter=jitter),
+            Kuv(regular, orthogonal, kernel),
+            Kuu(orthogonal, kernel, jitter=jitter),
+        )
+    union, num_regular = _union_locations(inducing_variable)
+    K = kernel(union)
+    K += jitter * tf.eye(tf.shape(K)[0], dtype=K.dtype)
+    return (
+        K[:num_regular, :num_regular],
+        K[:num_regular, num_regular:],
+        K[num_regular:, num_regular:],
+    )
+
+
+@check_shapes(
+    "return[0]: [M_u, M_u]",
+    "return[1]: [M_u, M_v]",
+    "return[2]: [M_v, M_v]",
 )
 def _regular_factor(
     inducing_variable: OrthogonalInducingVariables, kernel: Kernel, jitter: float
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """:math:`L_u`, :math:`D_v = L_u^{-1} K_{uv}` and :math:`K_{vv} + \\varepsilon I`."""
+    K_uu, K_uv, K_vv = _inducing_covariances(inducing_variable, kernel, jitter)
+    L_u = checked_cholesky(K_uu, KUU)
+    return L_u, tf.linalg.triangular_solve(L_u, K_uv, lower=True), K_vv
+
+
+@check_shapes(
+    "X: [N, D]",
+    "return[0]: [M_u, N]",
+    "return[1]: [M_v, N]",
+)
+def _inducing_cross_covariances(
+    inducing_variable: OrthogonalInducingVariables, kernel: Kernel, X: TensorType
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """:math:`L_u` and :math:`D_v = L_u^{-1} K_{uv}`."""
-    regular = inducing_variable.regular
-    L_u = checked_cholesky(Kuu(regular, kernel, jitter=jitter), KUU)
-    K_uv = Kuv(regular, inducing_variable.orthogonal, kernel)
-    return L_u, tf.linalg.triangular_solve(L_u, K_uv, lower=True)
+    """:math:`K_{uX}` and :math:`K_{vX}`."""
+    if not _plain_points(inducing_variable, kernel):
+        return (
+            Kuf(inducing_variable.regular, kernel, X),
+            Kuf(inducing_variable.orthogonal, kernel, X),
+        )
+    union, num_regular = _union_locations(inducing_variable)
+    K = kernel(union, X)
+    return K[:num_regular], K[num_regular:]
 
 
 @check_shapes(
@@ -115,11 +183,9 @@ def _residual_cross_covariance(
     \\mathbf a_u(X)` (Algorithm 3 of Fernlund 2022, lines 19-20, with the line-20 erratum
     corrected).
     """
-    a_u = tf.linalg.triangular_solve(L_u, Kuf(inducing_variable.regular, kernel, X), lower=True)
-    C_vX = Kuf(inducing_variable.orthogonal, kernel, X) - tf.linalg.matmul(
-        D_v, a_u, transpose_a=True
-    )
-    return a_u, C_vX
+    K_uX, K_vX = _inducing_cross_covariances(inducing_variable, kernel, X)
+    a_u = tf.linalg.triangular_solve(L_u, K_uX, lower=True)
+    return a_u, K_vX - tf.linalg.matmul(D_v, a_u, transpose_a=True)
 
 
 @check_shapes(
@@ -137,10 +203,8 @@ def orthogonal_factors(
     is not numerically positive definite.
     """
     jitter = default_jitter() if jitter is None else jitter
-    L_u, D_v = _regular_factor(inducing_variable, kernel, jitter)
-    C_vv = Kuu(inducing_variable.orthogonal, kernel, jitter=jitter) - tf.linalg.matmul(
-        D_v, D_v, transpose_a=True
-    )
+    L_u, D_v, K_vv = _regular_factor(inducing_variable, kernel, jitter)
+    C_vv = K_vv - tf.linalg.matmul(D_v, D_v, transpose_a=True)
     return OrthogonalFactors(L_u, D_v, checked_cholesky(C_vv, CVV))
 
 

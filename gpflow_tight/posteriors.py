@@ -81,12 +81,22 @@ def whitened_block_q(
     q_mu, q_sqrt, q_mu_v, q_sqrt_v = q
     L_u, L_v = (None, None) if factors is None else (factors.L_u, factors.L_v)
 
-    def columns(sqrt: tf.Tensor) -> tf.Tensor:
-        return sqrt[:, block.latents] if sqrt.shape.ndims == 2 else sqrt[block.latents]
+    every_latent = block.latents == slice(None)
 
-    m_u, R_u = whiten_variational_parameters(L_u, q_mu[:, block.latents], columns(q_sqrt), whiten)
+    def columns(sqrt: tf.Tensor, latent_axis: int) -> tf.Tensor:
+        # a block of every latent GP takes the tensors whole: no slicing ops in eager training
+        if every_latent:
+            return sqrt
+        return sqrt[:, block.latents] if latent_axis == 1 else sqrt[block.latents]
+
+    def latent_axis(sqrt: tf.Tensor) -> int:
+        return 1 if sqrt.shape.ndims == 2 else 0
+
+    m_u, R_u = whiten_variational_parameters(
+        L_u, columns(q_mu, 1), columns(q_sqrt, latent_axis(q_sqrt)), whiten
+    )
     m_v, R_v = whiten_variational_parameters(
-        L_v, q_mu_v[:, block.latents], columns(q_sqrt_v), whiten
+        L_v, columns(q_mu_v, 1), columns(q_sqrt_v, latent_axis(q_sqrt_v)), whiten
     )
     return m_u, R_u, m_v, R_v
 
@@ -229,12 +239,16 @@ class OrthogonalPosterior(FusedFromCache):
         q = (self.q_mu, self.q_sqrt, self.q_mu_orthogonal, self.q_sqrt_orthogonal)
         return whitened_block_q(block, factors, q, self.whiten)
 
-    def _precompute(self) -> tuple[PrecomputedValue, ...]:
+    def fresh_cache(self) -> tuple[tf.Tensor, ...]:
+        """Each block's factors and whitened :math:`q`, from the current parameters."""
         values = []
         for block in self.blocks:
             factors = orthogonal_factors(block.inducing_variable, block.kernel)
             values.extend([*factors, *self.whitened_q(block, factors)])
-        return tuple(PrecomputedValue(v, (False,) * len(v.shape)) for v in values)
+        return tuple(values)
+
+    def _precompute(self) -> tuple[PrecomputedValue, ...]:
+        return tuple(PrecomputedValue(v, (False,) * len(v.shape)) for v in self.fresh_cache())
 
     def _latent_conditionals(
         self, cache: tuple[tf.Tensor, ...], Xnew: Any, full_cov: bool

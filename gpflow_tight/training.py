@@ -597,7 +597,7 @@ def fit_power_ep(
 
         return _checked_step(loss, optimizer, variables, last_good)
 
-    batches = _site_batches(model.num_data, batch_size, seed)
+    batches = _site_batches(model._num_rows, batch_size, seed)
     trace = PowerEPTrace()
     for number in tqdm(range(1, iterations + 1), desc=type(model).__name__, disable=not progress):
         indices = next(batches)

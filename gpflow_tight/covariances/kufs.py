@@ -78,5 +78,5 @@ def Kuf_sqexp_fif(
 def _kuf_orthogonal(
     inducing_variable: OrthogonalInducingVariables, kernel: Kernel, Xnew: TensorType
 ) -> tf.Tensor:
-    L_u, D_v = orthogonal._regular_factor(inducing_variable, kernel, default_jitter())
+    L_u, D_v, _ = orthogonal._regular_factor(inducing_variable, kernel, default_jitter())
     return orthogonal._residual_cross_covariance(inducing_variable, kernel, L_u, D_v, Xnew)[1]

@@ -56,6 +56,6 @@ def Kuu_sqexp_fif(
 def _kuu_orthogonal(
     inducing_variable: OrthogonalInducingVariables, kernel: Kernel, *, jitter: float = 0.0
 ) -> tf.Tensor:
-    _, D_v = orthogonal._regular_factor(inducing_variable, kernel, default_jitter())
+    _, D_v, _ = orthogonal._regular_factor(inducing_variable, kernel, default_jitter())
     K_vv = Kuu(inducing_variable.orthogonal, kernel, jitter=jitter)
     return K_vv - tf.linalg.matmul(D_v, D_v, transpose_a=True)

@@ -126,8 +126,8 @@ class PowerEPSGP(
     alternate sweeps and optimiser steps. ``inference="sites"`` also works with a Gaussian
     likelihood, where it converges to the closed form.
 
-    **Settings fixed at construction.** ``alpha``, ``inference``, ``num_gauss_hermite_points``
-    and ``num_data`` decide the structure of the computation (which form of the power
+    **Settings fixed at construction.** ``alpha``, ``inference`` and
+    ``num_gauss_hermite_points`` decide the structure of the computation (which form of the power
     correction, which tilted moments, the shapes), so functions compiled from the model would
     keep their values. They are therefore not part of the saved state: assigning (or deleting)
     any of them after construction raises an ``AttributeError``, and the array ``alpha`` is
@@ -151,7 +151,11 @@ class PowerEPSGP(
     ``DtypeCastWarning``, and so are the inputs of predictions. In float32, training the
     inducing inputs is refused for DTC and powers above :data:`FLOAT32_MAX_ALPHA` (FITC, PITC;
     see :meth:`maximum_log_likelihood_objective`); float32 accuracy per preset:
-    ``docs/power_ep.md``.
+    ``docs/power_ep.md``. Data held in ``tf.Variable`` objects of dynamic shape (as Trieste holds
+    them) may be assigned more or fewer rows when nothing is laid out per row (closed form, one
+    power, no blocks); otherwise the computation refuses the new rows with a message. As in
+    GPflow's SGPR, ``num_data`` only reports the number of rows: Trieste replaces it with a
+    variable it updates, and nothing computed reads it.
 
     :param data: ``(X, Y)``, ``X`` [N, D], ``Y`` [N, R] (R = 1 and labels in {0, 1} for
         ``Bernoulli``).
@@ -175,7 +179,7 @@ class PowerEPSGP(
         "_block_layout_shape",
         "inference",
         "num_gauss_hermite_points",
-        "num_data",
+        "_num_rows",
     )
     _includes_power_correction = True  # False only for DTC, which is not a Power-EP energy
 
@@ -218,7 +222,10 @@ class PowerEPSGP(
         super().__init__(kernel, likelihood, mean_function, num_latent_gps=Y.shape[1])
         # data held in variables stays there, so that assigning new data takes effect
         self.data = data_input_to_tensor(held_data(data, (X, Y)))
-        self.num_data = X.shape[0]
+        # the rows that sites, per-point powers and blocks are laid out for (fixed); ``num_data``
+        # is only informational, as in SGPR: Trieste makes it a variable and updates it
+        self._num_rows = int(X.shape[0])
+        self.num_data = self._num_rows
         self.inducing_variable = inducingpoint_wrapper(inducing_variable)
         check_input_dim(X.shape, inducing_input_dim(self.inducing_variable), "data X")
         self.inference = inference
@@ -244,10 +251,10 @@ class PowerEPSGP(
             None if layout is None else (layout.num_blocks, layout.capacity)
         )
         num_blocks = None if layout is None else layout.num_blocks
-        self.alpha = check_alpha(alpha, self.num_data, num_blocks)
+        self.alpha = check_alpha(alpha, self._num_rows, num_blocks)
         if inference == "sites":
             check_site_alpha(self.alpha)
-            zeros = tf.zeros([self.num_data], dtype=default_float())
+            zeros = tf.zeros([self._num_rows], dtype=default_float())
             self.site_precision = tf.Variable(zeros, trainable=False, name="site_precision")
             self.site_shift = tf.Variable(zeros, trainable=False, name="site_shift")
 
@@ -305,7 +312,7 @@ class PowerEPSGP(
         if self.inference == "sites" or self.block_assignment is not None or self.alpha.ndim > 0:
             tf.debugging.assert_equal(
                 tf.shape(self.data[0])[0],
-                self.num_data,
+                self._num_rows,
                 message=(
                     "`data` changed its number of rows, but this model has a site, a power or a "
                     "block per data row (fixed at construction); build a new model for new data"
@@ -390,7 +397,7 @@ class PowerEPSGP(
             if indices is None:
                 return site_log_marginal_likelihood(batch)
             dtype = batch.alpha.dtype
-            scale = tf.cast(self.num_data, dtype) / tf.cast(tf.size(indices), dtype)
+            scale = tf.cast(self._num_rows, dtype) / tf.cast(tf.size(indices), dtype)
             return site_log_marginal_likelihood(batch, scale)
 
     @inherit_check_shapes

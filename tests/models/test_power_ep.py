@@ -639,7 +639,6 @@ def block_model_factory(rng):
         ("block_assignment", tf.Variable(np.zeros(40, np.int64))),
         ("inference", "sites"),
         ("num_gauss_hermite_points", 20),
-        ("num_data", 10),
     ],
 )
 def test_settings_are_fixed_at_construction(rng, name, value):
@@ -656,6 +655,34 @@ def test_settings_are_fixed_at_construction(rng, name, value):
     with pytest.raises(TypeError):
         model.blocks[0] = np.arange(3)
     assert loss().numpy() == before
+
+
+@pytest.mark.parametrize("preset", ["VFE", "FITC", "PITC"])
+def test_data_variables_take_new_rows_where_nothing_is_per_row(rng, preset):
+    """
+    As Trieste does between Bayesian-optimisation steps: data in dynamic-shape variables and
+    ``num_data`` replaced by a variable (informational, as in SGPR), then new rows assigned.
+    Without blocks the model equals a new one built on the new data; PITC, whose blocks are
+    laid out per row, refuses the new rows with its message.
+    """
+    X, Y, Z = make_problem(rng)
+    options = dict(noise_variance=NOISE, **({"block_size": 10} if preset == "PITC" else {}))
+    make = getattr(gpflow_tight, preset)
+    model = make((X[:30], Y[:30]), kernel(), Z, **options)
+    model.data = tuple(tf.Variable(a, shape=[None, a.shape[1]]) for a in (X[:30], Y[:30]))
+    model.num_data = tf.Variable(30)
+    loss = model.training_loss_closure(compile=True)
+    loss()
+    model.data[0].assign(X)
+    model.data[1].assign(Y)
+    model.num_data.assign(len(X))
+    if preset == "PITC":
+        with pytest.raises(tf.errors.InvalidArgumentError, match="build a new model"):
+            loss()
+        return
+    np.testing.assert_allclose(
+        loss(), make((X, Y), kernel(), Z, **options).training_loss(), rtol=1e-12
+    )
 
 
 def test_checkpoint_holds_the_parameters_and_a_model_with_the_same_settings_restores_them(

@@ -770,3 +770,39 @@ def test_bad_input(rng):
     Y_nan[3] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         collapsed(SOLVEGPR, X, Y_nan, Z_u, Z_v)
+
+
+def test_two_point_sets_share_one_kernel_evaluation(rng):
+    """
+    With both sets plain inducing points, the covariances of u, v and f come from one kernel
+    evaluation over the union (two kernel calls, not five) and equal GPflow's per-set dispatch.
+    """
+    from gpflow_tight import orthogonal
+
+    kernel = gpflow.kernels.Matern32(lengthscales=[0.7, 1.3])
+    points = OrthogonalInducingVariables(rng.normal(size=(4, 2)), rng.normal(size=(3, 2)))
+    X = rng.normal(size=(9, 2))
+    jitter = 1e-6
+    calls = []
+    evaluate = kernel.K
+    kernel.K = lambda *args, **kwargs: calls.append(args) or evaluate(*args, **kwargs)
+    joint = orthogonal._inducing_covariances(points, kernel, jitter)
+    cross = orthogonal._inducing_cross_covariances(points, kernel, X)
+    assert len(calls) == 2
+    regular, orthogonal_set = points.regular, points.orthogonal
+    per_set = (
+        Kuu(regular, kernel, jitter=jitter),
+        Kuv(regular, orthogonal_set, kernel),
+        Kuu(orthogonal_set, kernel, jitter=jitter),
+        Kuf(regular, kernel, X),
+        Kuf(orthogonal_set, kernel, X),
+    )
+    for fused, separate in zip((*joint, *cross), per_set):
+        np.testing.assert_allclose(fused, separate, rtol=1e-13, atol=1e-15)
+
+    class ShiftedPoints(InducingPoints):
+        """A subclass of inducing points may have its own covariances: no fusing for it."""
+
+    shifted = OrthogonalInducingVariables(ShiftedPoints(points.orthogonal.Z), regular)
+    assert not orthogonal._plain_points(shifted, kernel)
+    assert orthogonal._plain_points(points, kernel)
