@@ -47,6 +47,7 @@ root_doc = "docs/index"
 include_patterns = [
     "README.md",
     "CONTRIBUTING.md",
+    "CHANGELOG.md",
     "docs/*.md",
     "docs/*.rst",
     "notebooks/*.pct.py",
@@ -81,6 +82,7 @@ nb_merge_streams = True
 nb_output_stderr = "remove"  # TensorFlow's start-up log and tqdm bars
 
 autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_mock_imports = ["trieste", "gpflux"]  # the integrations' modules, documented unrun
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented"  # types of the documented parameters

@@ -83,6 +83,7 @@ class OrthogonalFactors(NamedTuple):
     L_v: tf.Tensor
 
 
+@tf.autograph.experimental.do_not_convert
 def _plain_points(inducing_variable: OrthogonalInducingVariables, kernel: Kernel) -> bool:
     """
     Whether both sets are inducing points whose covariances are GPflow's generic kernel
@@ -99,12 +100,14 @@ def _plain_points(inducing_variable: OrthogonalInducingVariables, kernel: Kernel
     )
 
 
+@tf.autograph.experimental.do_not_convert
 def _union_locations(inducing_variable: OrthogonalInducingVariables) -> tuple[tf.Tensor, Any]:
     regular = inducing_variable.regular.Z
     union = tf.concat([regular, inducing_variable.orthogonal.Z], axis=0)
     return union, tf.shape(regular)[0]
 
 
+@tf.autograph.experimental.do_not_convert
 @check_shapes(
     "return[0]: [M_u, M_u]",
     "return[1]: [M_u, M_v]",
@@ -131,6 +134,7 @@ def _inducing_covariances(
     )
 
 
+@tf.autograph.experimental.do_not_convert
 @check_shapes(
     "return[0]: [M_u, M_u]",
     "return[1]: [M_u, M_v]",
@@ -145,6 +149,7 @@ def _regular_factor(
     return L_u, tf.linalg.triangular_solve(L_u, K_uv, lower=True), K_vv
 
 
+@tf.autograph.experimental.do_not_convert
 @check_shapes(
     "X: [N, D]",
     "return[0]: [M_u, N]",
@@ -164,6 +169,7 @@ def _inducing_cross_covariances(
     return K[:num_regular], K[num_regular:]
 
 
+@tf.autograph.experimental.do_not_convert
 @check_shapes(
     "L_u: [M_u, M_u]",
     "D_v: [M_u, M_v]",
@@ -188,6 +194,7 @@ def _residual_cross_covariance(
     return a_u, K_vX - tf.linalg.matmul(D_v, a_u, transpose_a=True)
 
 
+@tf.autograph.experimental.do_not_convert
 @check_shapes(
     "return.L_u: [M_u, M_u]",
     "return.D_v: [M_u, M_v]",
@@ -208,6 +215,7 @@ def orthogonal_factors(
     return OrthogonalFactors(L_u, D_v, checked_cholesky(C_vv, CVV))
 
 
+@tf.autograph.experimental.do_not_convert
 @check_shapes(
     "X: [N, D]",
     "return[0]: [M_u, N]",
@@ -229,6 +237,7 @@ def orthogonal_projections(
     return a_u, tf.linalg.triangular_solve(factors.L_v, C_vX, lower=True)
 
 
+@tf.autograph.experimental.do_not_convert
 @check_shapes(
     "L: [M, M] if L is not None",
     "q_mu: [M, L]",
@@ -259,6 +268,7 @@ def whiten_variational_parameters(
     )
 
 
+@tf.autograph.experimental.do_not_convert
 @check_shapes(
     "a_u: [M_u, N]",
     "a_v: [M_v, N]",

@@ -67,6 +67,7 @@ __all__ = [
 WhitenedQ = tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]
 
 
+@tf.autograph.experimental.do_not_convert
 def whitened_block_q(
     block: LatentBlock,
     factors: OrthogonalFactors | None,
@@ -239,6 +240,7 @@ class OrthogonalPosterior(FusedFromCache):
         q = (self.q_mu, self.q_sqrt, self.q_mu_orthogonal, self.q_sqrt_orthogonal)
         return whitened_block_q(block, factors, q, self.whiten)
 
+    @tf.autograph.experimental.do_not_convert
     def fresh_cache(self) -> tuple[tf.Tensor, ...]:
         """Each block's factors and whitened :math:`q`, from the current parameters."""
         values = []
@@ -250,6 +252,7 @@ class OrthogonalPosterior(FusedFromCache):
     def _precompute(self) -> tuple[PrecomputedValue, ...]:
         return tuple(PrecomputedValue(v, (False,) * len(v.shape)) for v in self.fresh_cache())
 
+    @tf.autograph.experimental.do_not_convert
     def _latent_conditionals(
         self, cache: tuple[tf.Tensor, ...], Xnew: Any, full_cov: bool
     ) -> list[tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
@@ -265,6 +268,7 @@ class OrthogonalPosterior(FusedFromCache):
             )
         return results
 
+    @tf.autograph.experimental.do_not_convert
     def latent_marginals_with_residual(self, X: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """
         For each latent GP at X (before mixing, without the mean function), from the live
@@ -278,6 +282,7 @@ class OrthogonalPosterior(FusedFromCache):
             residuals.append(tf.broadcast_to(residual[:, None], tf.shape(mean)))
         return tf.concat(means, 1), tf.concat(q_variances, 1), tf.concat(residuals, 1)
 
+    @tf.autograph.experimental.do_not_convert
     def _conditional_with_precompute(
         self,
         cache: tuple[tf.Tensor, ...],
