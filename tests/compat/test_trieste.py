@@ -271,3 +271,72 @@ def test_solvegp_traces_no_more_than_tightsvgp_in_trieste():
     for steps in (2, 4):
         solve, tight = traces_in_a_loop("SOLVEGP", steps), traces_in_a_loop("TightSVGP", steps)
         assert solve == tight, (steps, solve, tight)
+
+
+def selector_wrapped(name, data):
+    """A wrapped model whose inducing points Trieste moves by k-means at each data update."""
+    from trieste.models.gpflow.inducing_point_selectors import KMeansInducingPointSelector
+
+    selector = KMeansInducingPointSelector()
+    if name in SGPR_FAMILY:
+        wrapper = SOLVESparseRegression if name in ORTHOGONAL else SparseGaussianProcessRegression
+        return wrapper(SGPR_FAMILY[name](data), inducing_point_selector=selector)
+    return SparseVariational(SVGP_FAMILY[name](len(data[0])), inducing_point_selector=selector)
+
+
+@pytest.mark.parametrize("name", ["TightSGPR", "FITC", "SOLVEGPR"])
+def test_collapsed_models_follow_trieste_selector(rng, name):
+    """
+    Trieste's inducing-point selectors move Z at each data update. A collapsed model then
+    equals one built afresh at the new points, as its q follows from the data (a SOLVE model
+    takes the selected points as its regular set, then its orthogonal one).
+    """
+    X, Y = branin_data(rng, 14)
+    wrapped = selector_wrapped(name, (X, Y))
+    old_points = tf.convert_to_tensor(wrapped.get_inducing_variables()[0]).numpy()
+    X2, Y2 = branin_data(rng, 6)
+    X_all, Y_all = np.r_[X, X2], np.r_[Y, Y2]
+    wrapped.update(Dataset(tf.constant(X_all), tf.constant(Y_all)))
+    new_points = tf.convert_to_tensor(wrapped.get_inducing_variables()[0]).numpy()
+    assert new_points.shape == old_points.shape
+    assert not np.allclose(new_points, old_points)
+    if name in ORTHOGONAL:
+        fresh = gt.SOLVEGPR((X_all, Y_all), kernel(), new_points[: len(Z)],
+                            new_points[len(Z) :], noise_variance=0.05)  # fmt: skip
+    else:
+        fresh = type(wrapped.model)((X_all, Y_all), kernel(), new_points, noise_variance=0.05)
+    query = tf.constant(rng.uniform(0.0, 1.0, (6, 2)))
+    for got, expected in zip(wrapped.predict(query), fresh.predict_f(query)):
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_svgp_family_predictive_is_kept_at_the_selected_points(rng):
+    """TightSVGP: after Trieste moves Z, the predictive at the new Z is the old one there."""
+    X, Y = branin_data(rng, 14)
+    wrapped = selector_wrapped("TightSVGP", (X, Y))
+    wrapped.model.q_mu.assign(rng.normal(size=wrapped.model.q_mu.shape))
+    wrapped.update_posterior_cache()
+    X_all = np.r_[X, branin_data(rng, 6)[0]]
+    Y_all = Branin.objective(tf.constant(X_all)).numpy()
+    selector = wrapped.inducing_point_selector
+    # the points k-means will choose, and the model's predictive there before the move
+    chosen = selector.calculate_inducing_points(
+        wrapped.get_inducing_variables()[0],
+        wrapped,
+        Dataset(tf.constant(X_all), tf.constant(Y_all)),
+    )
+    mean_before, cov_before = wrapped.model.predict_f(chosen, full_cov=True)
+    wrapped._update_inducing_variables(chosen)
+    wrapped.update_posterior_cache()
+    mean_after, cov_after = wrapped.model.predict_f(chosen, full_cov=True)
+    np.testing.assert_allclose(mean_after, mean_before, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(cov_after, cov_before, rtol=1e-4, atol=1e-6)
+
+
+def test_solvegp_wrapper_refuses_a_selector():
+    from trieste.models.gpflow.inducing_point_selectors import KMeansInducingPointSelector
+
+    with pytest.raises(NotImplementedError, match="inducing_point_selector"):
+        SOLVESparseVariational(
+            SVGP_FAMILY["SOLVEGP"](10), inducing_point_selector=KMeansInducingPointSelector()
+        )
