@@ -16,7 +16,7 @@ from trieste.acquisition.rule import EfficientGlobalOptimization
 from trieste.data import Dataset
 from trieste.models.gpflow import SparseGaussianProcessRegression, SparseVariational
 from trieste.models.optimizer import BatchOptimizer
-from trieste.objectives import Branin
+from trieste.objectives import Branin, ScaledBranin
 
 import gpflow_tight as gt
 from gpflow_tight.trieste import SOLVESparseRegression, SOLVESparseVariational
@@ -217,19 +217,30 @@ def test_trajectories_average_to_the_predictive_mean(rng, name):
 
 
 @pytest.mark.parametrize("name", ["TightSGPR", "PowerEPSGP", "SOLVEGPR", "TightSVGP", "SOLVEGP"])
-def test_a_bayesian_optimisation_loop_runs(name):
+@pytest.mark.parametrize("rule", ["expected improvement", "Thompson sampling"])
+def test_a_bayesian_optimisation_loop_runs(name, rule):
+    """Three steps of expected improvement, or of batch Thompson sampling by trajectories."""
+    from trieste.acquisition.function import ParallelContinuousThompsonSampling
+
     tf.random.set_seed(1)
-    search_space = Branin.search_space
-    observer = trieste.objectives.utils.mk_observer(Branin.objective)
+    search_space = ScaledBranin.search_space
+    observer = trieste.objectives.utils.mk_observer(ScaledBranin.objective)
     initial = observer(search_space.sample(10))
     if name in SGPR_FAMILY:
         model = wrap_sgpr(name, (initial.query_points, initial.observations))
     else:
         model = wrap_svgp(name, 10)
     optimizer = trieste.bayesian_optimizer.BayesianOptimizer(observer, search_space)
-    result = optimizer.optimize(3, initial, model, EfficientGlobalOptimization())
+    if rule == "expected improvement":
+        acquisition, batch = EfficientGlobalOptimization(), 1
+    else:
+        batch = 2
+        acquisition = EfficientGlobalOptimization(
+            ParallelContinuousThompsonSampling(), num_query_points=batch
+        )
+    result = optimizer.optimize(3, initial, model, acquisition)
     final = result.try_get_final_dataset()
-    assert final.query_points.shape[0] == 13
+    assert final.query_points.shape[0] == 10 + 3 * batch
     assert np.all(np.isfinite(final.observations.numpy()))
 
 
