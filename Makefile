@@ -63,6 +63,7 @@ test-compat: dist | $(COMPAT)/bin/python
 	cd "$$(mktemp -d)" && $(abspath $(COMPAT))/bin/python $(abspath tests/compat/installed_smoke.py)
 	$(COMPAT)/bin/pytest -n 2 --durations=10 tests/compat
 	GPFLOW_TIGHT_QUICK=1 MPLBACKEND=Agg $(COMPAT)/bin/python notebooks/trieste_bo.pct.py
+	GPFLOW_TIGHT_QUICK=1 MPLBACKEND=Agg $(COMPAT)/bin/python notebooks/deep_gp.pct.py
 
 # the site works offline: built without the notebooks, its maths checked in headless Chromium
 # (`make test` runs this test too)

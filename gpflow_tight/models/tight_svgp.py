@@ -35,13 +35,48 @@ from ..validation import (
 )
 from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 
-__all__ = ["RelaxedSVGP", "TightSVGP"]
+__all__ = ["RelaxedSVGP", "TightSVGP", "relaxed_marginals"]
 
 _FREE_NEEDS_ALL_ROWS = (
     "relaxation='free' has one m_n per training point: pass the whole training set, in a fixed "
     "order, to every bound evaluation (no minibatches), or use relaxation='beta' to train on "
     "minibatches"
 )
+
+
+@check_shapes(
+    "latent_marginals[0]: [N, L]",
+    "latent_marginals[1]: [N, L]",
+    "latent_marginals[2]: [N, L]",
+    "mixing: [P, L] if mixing is not None",
+    "noise_variance: [N, 1] if noise_variance is not None",
+    "return[0]: [N, P]",
+    "return[1]: [N, P]",
+    "return[2]: [N, L]",
+)
+def relaxed_marginals(
+    latent_marginals: tuple[tf.Tensor, tf.Tensor, tf.Tensor],
+    relaxation: Relaxation,
+    *,
+    mixing: tf.Tensor | None = None,
+    noise_variance: tf.Tensor | None = None,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """
+    The marginals of :math:`q(f_n)` under the tighter conditional (:cite:t:`bui2025tighter`,
+    eq. 8) for independent latent GPs: from each latent GP's mean, variance :math:`s_n` carried
+    by :math:`q(\\mathbf u)` and residual :math:`d_n` (``latent_marginals``, as
+    :func:`~gpflow_tight.projection.marginals_with_residual` returns them), the mean, the
+    variance :math:`s_n + m_n d_n` and :math:`m_n`; the latent GPs are mixed by ``mixing``
+    (a linear coregionalisation's ``W``) if given. No mean function is added.
+    """
+    mean, q_variance, residual = latent_marginals
+    m = relaxation.weights(residual, noise_variance)
+    variance = m * residual + q_variance
+    if mixing is not None:
+        mean, variance = mix_latent_gp(
+            mixing, mean, variance, full_cov=False, full_output_cov=False
+        )
+    return mean, variance, m
 
 
 def _checked_batch(model: "RelaxedSVGP", data: Any) -> tuple[Any, ...]:
@@ -216,13 +251,12 @@ class RelaxedSVGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, SVGP):
         """
         noise = self._noise_variance(X)
         if self._independent_latents:
-            mean, q_variance, residual = self.latent_marginals_with_residual(X)
-            m = self.relaxation.weights(residual, noise)
-            variance = m * residual + q_variance
-            if self._mixes_latents:
-                mean, variance = mix_latent_gp(
-                    self.kernel.W, mean, variance, full_cov=False, full_output_cov=False
-                )
+            mean, variance, m = relaxed_marginals(
+                self.latent_marginals_with_residual(X),
+                self.relaxation,
+                mixing=self.kernel.W if self._mixes_latents else None,
+                noise_variance=noise,
+            )
             return mean + self.mean_function(X), variance, m
 
         mean, variance = SVGP.predict_f(self, X, full_cov=False, full_output_cov=False)

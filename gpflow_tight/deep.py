@@ -1,0 +1,223 @@
+"""
+Deep GPs with the tighter conditional: :class:`TightGPLayer`, a drop-in for GPflux's
+``gpflux.layers.GPLayer`` (doubly stochastic variational inference, :cite:t:`salimbeni2017doubly`)
+whose conditional :math:`q(f_n \\mid \\mathbf u)` has variance :math:`m_n d_n` while training, as
+in T-SVGP (:cite:t:`bui2025tighter`, eq. 8 and 10, and their §7: "can be easily applied to ...
+deep GPs").
+
+This module needs GPflux (``pip install "gpflow-tight[integrations]"``); ``gpflow_tight`` itself
+does not import it.
+"""
+
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+from gpflow.config import default_float
+from gpflow.kernels import Kernel, LinearCoregionalization
+from gpflow.likelihoods import Gaussian
+from gpflow.posteriors import IndependentPosterior, get_posterior_class
+from gpflux.layers import GPLayer
+from gpflux.models import DeepGP
+
+from .models.tight_svgp import relaxed_marginals
+from .projection import marginals_with_residual, project
+from .relaxation import Relaxation, as_relaxation, conditional_relaxation_term
+
+__all__ = ["TightGPLayer", "tighten"]
+
+
+class TightGPLayer(GPLayer):
+    """
+    GPflux's sparse variational GP layer with the tighter conditional of
+    :cite:t:`bui2025tighter`. When the layer is called with ``training=True`` (Keras ``fit``,
+    ``DeepGP.elbo``), the marginal of output :math:`\\ell` at an input :math:`x_n` of the
+    layer (a sample of the layer below) is
+
+    .. math:: q(f_{n\\ell}) = \\mathcal N\\big(\\mu_{n\\ell},\\; s_{n\\ell}
+        + m_{n\\ell} d_{n\\ell}\\big), \\qquad m_{n\\ell} = \\frac{\\beta_\\ell}{d_{n\\ell}
+        + \\beta_\\ell},
+
+    with :math:`s` the variance carried by :math:`q(\\mathbf u)` and :math:`d` the residual
+    variance of the prior conditional, and the layer's loss per data point gains
+    :math:`-\\tfrac12 \\langle \\sum_\\ell [1 + \\log m_{n\\ell} - m_{n\\ell}] \\rangle_n`
+    (the batch mean, so that ``DeepGP.elbo`` is eq. 10 summed over layers and unbiased over
+    minibatches and samples). Otherwise (predictions, ``training=False``) it is ``GPLayer``.
+    With ``relaxation="none"`` it is ``GPLayer`` exactly; as :math:`\\beta \\to \\infty` the
+    tight layer tends to it. A one-layer ``DeepGP`` of a ``TightGPLayer`` is
+    :class:`~gpflow_tight.TightSVGP`.
+
+    :param relaxation: ``"beta"`` (the default: one positive, trainable :math:`\\beta` per
+        latent GP), ``"none"`` (``GPLayer``'s conditional), or a
+        :class:`~gpflow_tight.relaxation.Relaxation` of those kinds. The per-point ``"free"``
+        and the Gaussian-likelihood ``"optimal"`` relaxations do not apply to a layer.
+    :param beta: initial :math:`\\beta` (scalar or one per latent GP), default 1. For the last
+        layer of a regression model the Gaussian noise variance is the optimum.
+
+    All other arguments are ``GPLayer``'s. The kernel and inducing variable must give
+    independent latent GPs (GPflux's ``construct_basic_kernel`` and
+    ``construct_basic_inducing_variables`` do; a ``LinearCoregionalization`` kernel mixes
+    them). While training the layer draws marginal samples, so ``full_cov`` and
+    ``full_output_cov`` must be ``False`` then.
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        inducing_variable: Any,
+        num_data: int,
+        mean_function: Any = None,
+        *,
+        relaxation: str | Relaxation = "beta",
+        beta: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(kernel, inducing_variable, num_data, mean_function, **kwargs)
+        posterior_class = get_posterior_class(self.kernel, self.inducing_variable)
+        if not issubclass(posterior_class, IndependentPosterior):
+            raise TypeError(
+                f"TightGPLayer needs independent latent GPs, but `kernel` "
+                f"({type(kernel).__name__}) and `inducing_variable` "
+                f"({type(inducing_variable).__name__}) give GPflow's {posterior_class.__name__}: "
+                "build them with gpflux.helpers.construct_basic_kernel and "
+                "construct_basic_inducing_variables (or SharedIndependent/SeparateIndependent "
+                "kernels and inducing variables)."
+            )
+        self.relaxation = as_relaxation(
+            relaxation,
+            allowed=("none", "beta"),
+            model="TightGPLayer",
+            num_latent=self.num_latent_gps,
+            beta=beta,
+        )
+        self._relaxed_call = False
+        self._relaxation_loss: tf.Tensor | None = None
+
+    @classmethod
+    def from_gp_layer(
+        cls, layer: GPLayer, *, relaxation: str | Relaxation = "beta", beta: Any = None
+    ) -> "TightGPLayer":
+        """
+        The tight version of a GPflux ``GPLayer``: the same kernel, inducing variable and mean
+        function objects (shared, not copied), the same settings, and a copy of its
+        :math:`q(\\mathbf u)`.
+        """
+        tight = cls(
+            layer.kernel,
+            layer.inducing_variable,
+            layer.num_data,
+            layer.mean_function,
+            relaxation=relaxation,
+            beta=beta,
+            num_samples=layer.num_samples,
+            full_cov=layer.full_cov,
+            full_output_cov=layer.full_output_cov,
+            num_latent_gps=layer.num_latent_gps,
+            whiten=layer.whiten,
+            name=layer.name,
+            verbose=False,
+        )
+        tight.q_mu.assign(layer.q_mu)
+        tight.q_sqrt.assign(layer.q_sqrt)
+        return tight
+
+    @property
+    def beta(self) -> Any:
+        """The relaxation's :math:`\\beta` (``relaxation="beta"`` only)."""
+        if self.relaxation.kind != "beta":
+            raise AttributeError(
+                f"`beta` belongs to relaxation='beta'; this layer has relaxation="
+                f"{self.relaxation.kind!r}."
+            )
+        return self.relaxation.beta
+
+    def training_marginals(self, inputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """
+        Mean (with the mean function) and relaxed variance :math:`s_n + m_n d_n` of each output
+        at the layer's inputs ``[..., N, D]`` (any leading sample dimensions), and the
+        :math:`m_n` of each latent GP, ``[..., N, L]``.
+        """
+        leading = tf.shape(inputs)[:-1]
+        X = tf.reshape(inputs, [-1, tf.shape(inputs)[-1]])
+        projection = project(self.inducing_variable, self.kernel, X)
+        latent = marginals_with_residual(projection, self.q_mu, self.q_sqrt, self.whiten)
+        mixing = self.kernel.W if isinstance(self.kernel, LinearCoregionalization) else None
+        mean, variance, m = relaxed_marginals(latent, self.relaxation, mixing=mixing)
+        mean = mean + self.mean_function(X)
+
+        def unflatten(tensor: tf.Tensor) -> tf.Tensor:
+            return tf.reshape(tensor, tf.concat([leading, tf.shape(tensor)[-1:]], axis=0))
+
+        return unflatten(mean), unflatten(variance), unflatten(m)
+
+    def _make_distribution_fn(self, previous_layer_outputs: Any) -> tfp.distributions.Distribution:
+        if not self._relaxed_call:
+            return super()._make_distribution_fn(previous_layer_outputs)
+        if self.full_cov or self.full_output_cov:
+            raise ValueError(
+                "TightGPLayer trains on marginals: set `full_cov` and `full_output_cov` to False "
+                "while training (they may be True for predictions)."
+            )
+        inputs = tf.convert_to_tensor(previous_layer_outputs, dtype=default_float())
+        mean, variance, m = self.training_marginals(inputs)
+        rows = tf.cast(tf.reduce_prod(tf.shape(m)[:-1]), default_float())
+        self._relaxation_loss = -conditional_relaxation_term(m) / rows
+        return tfp.distributions.MultivariateNormalDiag(loc=mean, scale_diag=tf.sqrt(variance))
+
+    def call(self, inputs: Any, *args: Any, **kwargs: Any) -> tf.Tensor:
+        """
+        ``GPLayer.call`` with the tighter conditional while training: the one loss the layer
+        adds is ``(KL − log prior) / num_data`` plus the relaxation's per-point price.
+        """
+        training = bool(kwargs.get("training"))
+        self._relaxed_call = training and self.relaxation.kind != "none"
+        try:
+            outputs = super(GPLayer, self).call(inputs, *args, **kwargs)
+            relaxation_loss = self._relaxation_loss
+        finally:
+            self._relaxed_call = False
+            self._relaxation_loss = None
+        if training:
+            parameters = self.kernel.trainable_parameters + self.relaxation.trainable_parameters
+            log_prior = tf.add_n(
+                [tf.constant(0.0, default_float())] + [p.log_prior_density() for p in parameters]
+            )
+            loss_per_datapoint = (self.prior_kl() - log_prior) / self.num_data
+            if relaxation_loss is not None:
+                loss_per_datapoint += relaxation_loss
+        else:
+            loss_per_datapoint = tf.constant(0.0, dtype=default_float())
+        self.add_loss(loss_per_datapoint)
+        name = f"{self.name}_prior_kl" if self.name else "prior_kl"
+        self.add_metric(loss_per_datapoint, name=name, aggregation="mean")
+        return outputs
+
+
+def tighten(model: DeepGP, *, hidden_beta: Any = 1.0, last_beta: Any = None) -> DeepGP:
+    """
+    A GPflux ``DeepGP`` whose ``GPLayer``\\ s are replaced by :class:`TightGPLayer`\\ s
+    (:meth:`TightGPLayer.from_gp_layer`): kernels, inducing variables, mean functions and the
+    likelihood layer are shared with ``model``, :math:`q(\\mathbf u)` is copied. So any GPflux
+    builder, e.g. ``gpflux.architectures.build_constant_input_dim_deep_gp``, gives a tight deep GP.
+
+    :param hidden_beta: initial :math:`\\beta` of the hidden layers.
+    :param last_beta: initial :math:`\\beta` of the last layer; by default the noise variance
+        of a Gaussian likelihood with constant variance (the optimum for a shallow model), else 1.
+    """
+    if last_beta is None:
+        likelihood = model.likelihood_layer.likelihood
+        variance = getattr(likelihood, "variance", None)
+        constant = isinstance(likelihood, Gaussian) and variance is not None
+        last_beta = variance.numpy() if constant and variance is not None else 1.0
+    layers = []
+    for depth, layer in enumerate(model.f_layers):
+        if isinstance(layer, GPLayer) and not isinstance(layer, TightGPLayer):
+            last = depth == len(model.f_layers) - 1
+            layer = TightGPLayer.from_gp_layer(layer, beta=last_beta if last else hidden_beta)
+        layers.append(layer)
+    return DeepGP(
+        layers,
+        model.likelihood_layer,
+        num_data=model.num_data,
+        default_model_class=model.default_model_class,
+    )
