@@ -209,7 +209,7 @@ sentences.append(f"The two-layer tight model beats the one-layer tight model's t
 first = next(iter(runs.values()))[0]
 table = "\n".join(
     [
-        f"{first['data']}: {len(SPLITS)} splits, {first['steps']} Adam steps "
+        f"{first['data'].split(' split')[0]}: {len(SPLITS)} splits, {first['steps']} Adam steps "
         f"({EPOCHS} epochs of minibatches of {BATCH}), M = {NUM_INDUCING} per layer, "
         f"{PREDICTIVE_SAMPLES} samples of the hidden layers per test prediction "
         f"(TensorFlow {first['tensorflow']}).",

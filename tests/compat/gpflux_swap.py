@@ -1,6 +1,7 @@
 """
-A pytest plugin (``-p tests.compat.gpflux_swap``) that runs GPflux's own tests with
-:class:`gpflow_tight.deep.TightGPLayer` wherever GPflux's code or tests name ``GPLayer``. The
+A pytest plugin (``-p gpflux_swap``, with ``tests/compat`` on ``PYTHONPATH``) that runs
+GPflux's own tests with :class:`gpflow_tight.deep.TightGPLayer` wherever GPflux's code or tests
+name ``GPLayer``. The
 relaxation the swapped layer uses by default is ``GPFLOW_TIGHT_GPFLUX_RELAXATION`` (``"none"``
 or ``"beta"``).
 """
