@@ -43,6 +43,14 @@ EXPECTED: list[tuple[str, str, str]] = [
         "It asserts that the layer's one loss is KL / num_data; the tight layer's one loss adds "
         "the tighter conditional's price, the batch mean of -(1 + log m - m) / 2 (eq. 8).",
     ),
+    (
+        "beta",
+        "tests.integration.test_compilation::test_model_*",
+        "They pin GPLayer's training loss of a three-layer model to three decimals before and "
+        "after 20 Adam steps (golden numbers of the plain ELBO); the tight layers' loss differs "
+        "by design (4.88 against the pinned 4.545-4.558 at the start, with beta = 1 in every "
+        "layer). Their shape checks are not reached; with relaxation='none' they all pass.",
+    ),
 ]
 
 pytestmark = pytest.mark.skipif(
