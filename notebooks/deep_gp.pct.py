@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # Deep GPs with the tighter conditional (GPflux)
+# # Deep GPs on kin8nm: GPflux's layer vs the tight layer
 #
 # [GPflux](https://github.com/secondmind-labs/GPflux) builds deep GPs from `GPLayer`s trained by
 # doubly stochastic variational inference (Salimbeni & Deisenroth, 2017). Bui, Ashman & Turner
