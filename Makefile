@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: demo test test-gpflow test-compat test-docs browser lint format bench docs dist clean
+.PHONY: demo test test-gpflow test-gpflow-full test-compat test-docs browser lint format bench docs dist clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -36,9 +36,15 @@ test: lint browser
 		--ignore=tests/compat tests
 	$(MAKE) --no-print-directory test-gpflow
 
-# GPflow's own tests with each drop-in swapped in (they run on both cores in subprocesses)
+# GPflow's own tests with each drop-in swapped in (they run on both cores in subprocesses):
+# test-gpflow (part of `make test`, about 5 minutes) leaves out the slowest seven of its 22 files,
+# test-gpflow-full (about an hour) runs them all
 test-gpflow: $(VENV)/.installed-test
 	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_gpflow_suite.py
+
+test-gpflow-full: $(VENV)/.installed-test
+	GPFLOW_TIGHT_GPFLOW_SUITE=full $(BIN)/pytest -p no:xdist --durations=0 \
+		tests/integration/test_gpflow_suite.py
 
 # the sdist, and the wheel built from it (so a file missing from the sdist breaks the wheel)
 dist: $(VENV)/.installed-test

@@ -20,7 +20,14 @@ from gpflow.posteriors import IndependentPosterior, get_posterior_class
 from gpflux.layers import GPLayer
 from gpflux.models import DeepGP
 
+from .models.solve import (
+    _check_orthogonal_sets,
+    decoupled_prior_kl,
+    orthogonal_variational_parameters,
+)
 from .models.tight_svgp import relaxed_marginals
+from .orthogonal import LatentBlock, latent_blocks, orthogonal_sets
+from .posteriors import OrthogonalPosterior
 from .projection import marginals_with_residual, project
 from .relaxation import Relaxation, as_relaxation, conditional_relaxation_term
 
@@ -53,6 +60,17 @@ class TightGPLayer(GPLayer):
         and the Gaussian-likelihood ``"optimal"`` relaxations do not apply to a layer.
     :param beta: initial :math:`\\beta` (scalar or one per latent GP), default 1. For the last
         layer of a regression model the Gaussian noise variance is the optimum.
+    :param orthogonal_inducing_variable: an orthogonal inducing set (SOLVE-GP,
+        :cite:t:`shi2020sparse`), as for :class:`~gpflow_tight.SOLVEGP`: an array [M_v, D] or
+        (shared or separate) inducing variables. The layer's posterior is then
+        :class:`~gpflow_tight.posteriors.OrthogonalPosterior` (:math:`f = g + h + l`), its KL
+        that of both sets, and :math:`d_n` the residual given both sets: with the default
+        relaxation a one-layer model is :class:`~gpflow_tight.TightSOLVEGP`, with ``"none"``
+        :class:`~gpflow_tight.SOLVEGP`. ``sample()`` (GPflux's pathwise sampling from
+        :math:`q(\\mathbf u)` alone) is refused then.
+    :param q_mu_orthogonal: initial mean of :math:`q(\\mathbf v_\\perp)`, [M_v, L] (default 0).
+    :param q_sqrt_orthogonal: initial Cholesky factor of its covariance, [L, M_v, M_v]
+        (default: the prior's).
 
     All other arguments are ``GPLayer``'s. The kernel and inducing variable must give
     independent latent GPs (GPflux's ``construct_basic_kernel`` and
@@ -70,6 +88,9 @@ class TightGPLayer(GPLayer):
         *,
         relaxation: str | Relaxation = "beta",
         beta: Any = None,
+        orthogonal_inducing_variable: Any = None,
+        q_mu_orthogonal: Any = None,
+        q_sqrt_orthogonal: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(kernel, inducing_variable, num_data, mean_function, **kwargs)
@@ -90,17 +111,41 @@ class TightGPLayer(GPLayer):
             num_latent=self.num_latent_gps,
             beta=beta,
         )
+        self.orthogonal_inducing_variable = None
+        if orthogonal_inducing_variable is not None:
+            self.orthogonal_inducing_variable = orthogonal_sets(
+                self.kernel, self.inducing_variable, orthogonal_inducing_variable
+            )
+            self.q_mu_orthogonal, self.q_sqrt_orthogonal = orthogonal_variational_parameters(
+                self.latent_blocks(),
+                self.num_latent_gps,
+                q_mu_orthogonal,
+                q_sqrt_orthogonal,
+                q_diag=False,
+                whiten=self.whiten,
+            )
+            _check_orthogonal_sets(self.latent_blocks())
+        elif q_mu_orthogonal is not None or q_sqrt_orthogonal is not None:
+            raise ValueError(
+                "`q_mu_orthogonal`/`q_sqrt_orthogonal` need an `orthogonal_inducing_variable`."
+            )
         self._relaxed_call = False
         self._relaxation_loss: tf.Tensor | None = None
 
     @classmethod
     def from_gp_layer(
-        cls, layer: GPLayer, *, relaxation: str | Relaxation = "beta", beta: Any = None
+        cls,
+        layer: GPLayer,
+        *,
+        relaxation: str | Relaxation = "beta",
+        beta: Any = None,
+        orthogonal_inducing_variable: Any = None,
     ) -> "TightGPLayer":
         """
         The tight version of a GPflux ``GPLayer``: the same kernel, inducing variable and mean
         function objects (shared, not copied), the same settings, and a copy of its
-        :math:`q(\\mathbf u)`.
+        :math:`q(\\mathbf u)`; optionally with an orthogonal inducing set, whose
+        :math:`q(\\mathbf v_\\perp)` starts at the prior.
         """
         tight = cls(
             layer.kernel,
@@ -109,6 +154,7 @@ class TightGPLayer(GPLayer):
             layer.mean_function,
             relaxation=relaxation,
             beta=beta,
+            orthogonal_inducing_variable=orthogonal_inducing_variable,
             num_samples=layer.num_samples,
             full_cov=layer.full_cov,
             full_output_cov=layer.full_output_cov,
@@ -139,8 +185,11 @@ class TightGPLayer(GPLayer):
         """
         leading = tf.shape(inputs)[:-1]
         X = tf.reshape(inputs, [-1, tf.shape(inputs)[-1]])
-        projection = project(self.inducing_variable, self.kernel, X)
-        latent = marginals_with_residual(projection, self.q_mu, self.q_sqrt, self.whiten)
+        if self.orthogonal_inducing_variable is None:
+            projection = project(self.inducing_variable, self.kernel, X)
+            latent = marginals_with_residual(projection, self.q_mu, self.q_sqrt, self.whiten)
+        else:
+            latent = self.orthogonal_posterior().latent_marginals_with_residual(X)
         mixing = self.kernel.W if isinstance(self.kernel, LinearCoregionalization) else None
         mean, variance, m = relaxed_marginals(latent, self.relaxation, mixing=mixing)
         mean = mean + self.mean_function(X)
@@ -149,6 +198,58 @@ class TightGPLayer(GPLayer):
             return tf.reshape(tensor, tf.concat([leading, tf.shape(tensor)[-1:]], axis=0))
 
         return unflatten(mean), unflatten(variance), unflatten(m)
+
+    def latent_blocks(self) -> list[LatentBlock]:
+        """The kernel and orthogonal inducing set of each group of latent GPs."""
+        return latent_blocks(self.kernel, self.orthogonal_inducing_variable)
+
+    def orthogonal_posterior(self) -> OrthogonalPosterior:
+        """The layer's SOLVE-GP posterior (without the mean function), from the live parameters."""
+        if self.orthogonal_inducing_variable is None:
+            raise AttributeError("This layer has no `orthogonal_inducing_variable`.")
+        return OrthogonalPosterior(
+            self.kernel,
+            self.orthogonal_inducing_variable,
+            self.q_mu,
+            self.q_sqrt,
+            self.q_mu_orthogonal,
+            self.q_sqrt_orthogonal,
+            whiten=self.whiten,
+            precompute_cache=None,
+        )
+
+    def predict(
+        self, inputs: Any, *, full_cov: bool = False, full_output_cov: bool = False
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """``GPLayer.predict``; with an orthogonal set, from both sets (SOLVE-GP's posterior)."""
+        if self.orthogonal_inducing_variable is None:
+            return super().predict(inputs, full_cov=full_cov, full_output_cov=full_output_cov)
+        inputs = tf.convert_to_tensor(inputs, dtype=default_float())
+        X = inputs if full_cov else tf.reshape(inputs, [-1, tf.shape(inputs)[-1]])
+        mean, covariance = self.orthogonal_posterior().fused_predict_f(
+            X, full_cov=full_cov, full_output_cov=full_output_cov
+        )
+        if not full_cov:  # leading sample dimensions back
+            leading = tf.shape(inputs)[:-1]
+            mean = tf.reshape(mean, tf.concat([leading, tf.shape(mean)[1:]], 0))
+            covariance = tf.reshape(covariance, tf.concat([leading, tf.shape(covariance)[1:]], 0))
+        return mean + self.mean_function(inputs), covariance
+
+    def prior_kl(self) -> tf.Tensor:
+        """``GPLayer.prior_kl``; with an orthogonal set, the KL of both (Fernlund's eq. 5.24)."""
+        if self.orthogonal_inducing_variable is None:
+            return super().prior_kl()
+        q = (self.q_mu, self.q_sqrt, self.q_mu_orthogonal, self.q_sqrt_orthogonal)
+        return decoupled_prior_kl(self.latent_blocks(), q, self.whiten)
+
+    def sample(self) -> Any:
+        """GPflux's pathwise sample of the layer; refused with an orthogonal set."""
+        if self.orthogonal_inducing_variable is not None:
+            raise NotImplementedError(
+                "GPflux's `sample()` draws functions from q(u) alone and would ignore the "
+                "orthogonal set: use `predict` or the layer's marginal samples instead."
+            )
+        return super().sample()
 
     def _make_distribution_fn(self, previous_layer_outputs: Any) -> tfp.distributions.Distribution:
         if not self._relaxed_call:
@@ -193,7 +294,13 @@ class TightGPLayer(GPLayer):
         return outputs
 
 
-def tighten(model: DeepGP, *, hidden_beta: Any = 1.0, last_beta: Any = None) -> DeepGP:
+def tighten(
+    model: DeepGP,
+    *,
+    hidden_beta: Any = 1.0,
+    last_beta: Any = None,
+    orthogonal_inducing_variables: Any = None,
+) -> DeepGP:
     """
     A GPflux ``DeepGP`` whose ``GPLayer``\\ s are replaced by :class:`TightGPLayer`\\ s
     (:meth:`TightGPLayer.from_gp_layer`): kernels, inducing variables, mean functions and the
@@ -203,17 +310,35 @@ def tighten(model: DeepGP, *, hidden_beta: Any = 1.0, last_beta: Any = None) -> 
     :param hidden_beta: initial :math:`\\beta` of the hidden layers.
     :param last_beta: initial :math:`\\beta` of the last layer; by default the noise variance
         of a Gaussian likelihood with constant variance (the optimum for a shallow model), else 1.
+    :param orthogonal_inducing_variables: optionally one orthogonal inducing set (or ``None``)
+        per layer of ``model.f_layers``, as ``TightGPLayer``'s ``orthogonal_inducing_variable``.
     """
+    if orthogonal_inducing_variables is None:
+        orthogonal_inducing_variables = [None] * len(model.f_layers)
+    if len(orthogonal_inducing_variables) != len(model.f_layers):
+        raise ValueError(
+            f"`orthogonal_inducing_variables` needs one entry (a set or None) per layer: the "
+            f"model has {len(model.f_layers)}, got {len(orthogonal_inducing_variables)}."
+        )
     if last_beta is None:
         likelihood = model.likelihood_layer.likelihood
         variance = getattr(likelihood, "variance", None)
         constant = isinstance(likelihood, Gaussian) and variance is not None
         last_beta = variance.numpy() if constant and variance is not None else 1.0
     layers = []
-    for depth, layer in enumerate(model.f_layers):
+    for depth, (layer, orthogonal) in enumerate(zip(model.f_layers, orthogonal_inducing_variables)):
         if isinstance(layer, GPLayer) and not isinstance(layer, TightGPLayer):
             last = depth == len(model.f_layers) - 1
-            layer = TightGPLayer.from_gp_layer(layer, beta=last_beta if last else hidden_beta)
+            layer = TightGPLayer.from_gp_layer(
+                layer,
+                beta=last_beta if last else hidden_beta,
+                orthogonal_inducing_variable=orthogonal,
+            )
+        elif orthogonal is not None:
+            raise ValueError(
+                f"Layer {depth} ({type(layer).__name__}) is not a GPflux GPLayer to tighten: its "
+                "entry of `orthogonal_inducing_variables` must be None."
+            )
         layers.append(layer)
     return DeepGP(
         layers,

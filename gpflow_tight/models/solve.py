@@ -64,6 +64,80 @@ def _check_orthogonal_sets(blocks: list[LatentBlock]) -> None:
                 orthogonal_factors(block.inducing_variable, block.kernel)
 
 
+def orthogonal_variational_parameters(
+    blocks: list[LatentBlock],
+    num_latent_gps: int,
+    q_mu: Any = None,
+    q_sqrt: Any = None,
+    *,
+    q_diag: bool,
+    whiten: bool,
+) -> tuple[Parameter, Parameter]:
+    """
+    ``q_mu_orthogonal`` [M_v, L] and ``q_sqrt_orthogonal`` ([L, M_v, M_v], or [M_v, L] for
+    ``q_diag``) of :math:`q(\\mathbf v_\\perp)`, checked, defaulting to the prior: zero mean
+    and an identity factor if ``whiten``, else the Cholesky factor of :math:`C_{vv}` per latent
+    GP (:math:`\\mathcal N(\\mathbf 0, I)` would start thousands of nats of KL away from the
+    prior where :math:`C_{vv}` is small).
+    """
+    num_orthogonal = int(blocks[0].inducing_variable.num_inducing)
+    shape_mu = (num_orthogonal, num_latent_gps)
+    if q_mu is None:
+        q_mu = np.zeros(shape_mu)
+    if np.shape(q_mu) != shape_mu:
+        raise ValueError(
+            f"`q_mu_orthogonal` must have shape {shape_mu} ([M_v, L]), got {np.shape(q_mu)}."
+        )
+    # TFP's FillTriangular cannot hold a 0 x 0 matrix: an empty set keeps the diagonal form
+    q_diag = q_diag or num_orthogonal == 0
+    if q_diag:
+        shape_sqrt: tuple[int, ...] = shape_mu
+        default_sqrt = np.ones(shape_mu)
+    else:
+        shape_sqrt = (num_latent_gps, num_orthogonal, num_orthogonal)
+        default_sqrt = np.tile(np.eye(num_orthogonal), (num_latent_gps, 1, 1))
+    if q_sqrt is None:
+        q_sqrt = default_sqrt
+        if not whiten and num_orthogonal > 0 and tf.executing_eagerly():
+            q_sqrt = _prior_sqrt_orthogonal(blocks, num_latent_gps, q_diag)
+    if np.shape(q_sqrt) != shape_sqrt:
+        raise ValueError(
+            f"`q_sqrt_orthogonal` must have shape {shape_sqrt}, got {np.shape(q_sqrt)}."
+        )
+    return (
+        Parameter(q_mu, dtype=default_float()),
+        Parameter(q_sqrt, transform=positive() if q_diag else triangular(), dtype=default_float()),
+    )
+
+
+def _prior_sqrt_orthogonal(
+    blocks: list[LatentBlock], num_latent_gps: int, q_diag: bool
+) -> np.ndarray:
+    """The Cholesky factor of :math:`C_{vv}` per latent GP (the root of its diagonal for q_diag)."""
+    sqrt = []
+    with explain_cholesky_failure():
+        for block in blocks:
+            L_v = orthogonal_factors(block.inducing_variable, block.kernel).L_v.numpy()
+            count = len(range(num_latent_gps)[block.latents])
+            sqrt += [np.sqrt(np.sum(L_v**2, axis=-1))] * count if q_diag else [L_v] * count
+    return np.stack(sqrt, axis=-1 if q_diag else 0)
+
+
+def decoupled_prior_kl(blocks: list[LatentBlock], q: tuple[Any, ...], whiten: bool) -> tf.Tensor:
+    """
+    :math:`\\mathrm{KL}[q(\\mathbf u)\\|p(\\mathbf u)] + \\mathrm{KL}[q(\\mathbf v_\\perp)\\|
+    p(\\mathbf v_\\perp)]` (Fernlund's eq. 5.24), both in whitened coordinates where the priors
+    are standard normal; ``q = (q_mu, q_sqrt, q_mu_orthogonal, q_sqrt_orthogonal)``.
+    """
+    kl = tf.constant(0.0, dtype=default_float())
+    with explain_cholesky_failure():
+        for block in blocks:
+            factors = None if whiten else orthogonal_factors(block.inducing_variable, block.kernel)
+            m_u, R_u, m_v, R_v = whitened_block_q(block, factors, q, whiten)
+            kl += gauss_kl(m_u, R_u) + gauss_kl(m_v, R_v)
+    return kl
+
+
 class SOLVEGPR(RelaxedSGPR):
     """
     Collapsed SOLVE-GP regression: the bound of the orthogonally decoupled family with the
@@ -290,57 +364,15 @@ class SOLVEGP(RelaxedSVGP):
         self.orthogonal_inducing_variable = orthogonal_sets(
             kernel, self.inducing_variable, orthogonal_inducing_variable
         )
-        num_orthogonal = int(self.latent_blocks()[0].inducing_variable.num_inducing)
-        shape_mu = (num_orthogonal, self.num_latent_gps)
-        if q_mu_orthogonal is None:
-            q_mu_orthogonal = np.zeros(shape_mu)
-        if np.shape(q_mu_orthogonal) != shape_mu:
-            raise ValueError(
-                f"`q_mu_orthogonal` must have shape {shape_mu} ([M_v, L]), got "
-                f"{np.shape(q_mu_orthogonal)}."
-            )
-        self.q_mu_orthogonal = Parameter(q_mu_orthogonal, dtype=default_float())
-        # TFP's FillTriangular cannot hold a 0 x 0 matrix: an empty set keeps the diagonal form
-        q_diag = len(self.q_sqrt.shape) == 2 or num_orthogonal == 0
-        if q_diag:
-            shape_sqrt: tuple[int, ...] = shape_mu
-            default_sqrt = np.ones(shape_mu)
-        else:
-            shape_sqrt = (self.num_latent_gps, num_orthogonal, num_orthogonal)
-            default_sqrt = np.tile(np.eye(num_orthogonal), (self.num_latent_gps, 1, 1))
-        if q_sqrt_orthogonal is None:
-            q_sqrt_orthogonal = default_sqrt
-            if not self.whiten and num_orthogonal > 0 and tf.executing_eagerly():
-                q_sqrt_orthogonal = self._prior_sqrt_orthogonal(q_diag)
-        if np.shape(q_sqrt_orthogonal) != shape_sqrt:
-            raise ValueError(
-                f"`q_sqrt_orthogonal` must have shape {shape_sqrt}, got "
-                f"{np.shape(q_sqrt_orthogonal)}."
-            )
-        self.q_sqrt_orthogonal = Parameter(
+        self.q_mu_orthogonal, self.q_sqrt_orthogonal = orthogonal_variational_parameters(
+            self.latent_blocks(),
+            self.num_latent_gps,
+            q_mu_orthogonal,
             q_sqrt_orthogonal,
-            transform=positive() if q_diag else triangular(),
-            dtype=default_float(),
+            q_diag=len(self.q_sqrt.shape) == 2,
+            whiten=self.whiten,
         )
         _check_orthogonal_sets(self.latent_blocks())
-
-    def _prior_sqrt_orthogonal(self, q_diag: bool) -> np.ndarray:
-        """
-        The unwhitened ``q_sqrt_orthogonal`` of :math:`q(\\mathbf v_\\perp) = p(\\mathbf v_\\perp)
-        = \\mathcal N(\\mathbf 0, C_{vv})`: the Cholesky factor of :math:`C_{vv}` per latent GP,
-        or the square root of its diagonal for ``q_diag``. (:math:`\\mathcal N(\\mathbf 0, I)`
-        would start thousands of nats of KL away from the prior where :math:`C_{vv}` is small.)
-        """
-        sqrt = []
-        with explain_cholesky_failure():
-            for block in self.latent_blocks():
-                L_v = orthogonal_factors(block.inducing_variable, block.kernel).L_v.numpy()
-                count = len(range(self.num_latent_gps)[block.latents])
-                if q_diag:
-                    sqrt += [np.sqrt(np.sum(L_v**2, axis=-1))] * count
-                else:
-                    sqrt += [L_v] * count
-        return np.stack(sqrt, axis=-1 if q_diag else 0)
 
     def _latent_structure(self) -> tuple[bool, bool]:
         """Independent latent GPs always; mixed when the kernel is a linear coregionalisation."""
@@ -370,15 +402,8 @@ class SOLVEGP(RelaxedSVGP):
         :math:`\\mathrm{KL}_u + \\mathrm{KL}_v` (Fernlund's eq. 5.24), both in whitened
         coordinates, where the priors are standard normal.
         """
-        kl = tf.constant(0.0, dtype=default_float())
-        with explain_cholesky_failure():
-            for block in self.latent_blocks():
-                factors = None
-                if not self.whiten:
-                    factors = orthogonal_factors(block.inducing_variable, block.kernel)
-                m_u, R_u, m_v, R_v = self.whitened_q(block, factors)
-                kl += gauss_kl(m_u, R_u) + gauss_kl(m_v, R_v)
-        return kl
+        q = (self.q_mu, self.q_sqrt, self.q_mu_orthogonal, self.q_sqrt_orthogonal)
+        return decoupled_prior_kl(self.latent_blocks(), q, self.whiten)
 
     @inherit_check_shapes
     def latent_marginals_with_residual(

@@ -321,3 +321,134 @@ def test_tighten_turns_a_gpflux_architecture_into_a_tight_deep_gp(rng):
         values.append(model.elbo((X, Y)).numpy())
     assert values[0] == values[1]
     assert values[2] > values[0]  # β = σ² in the last layer gains on the same draw
+
+
+def randomise_q_orthogonal(layer, rng, scale=0.3):
+    M, L = layer.q_mu_orthogonal.shape
+    layer.q_mu_orthogonal.assign(rng.normal(size=(M, L)))
+    noise = np.tril(rng.normal(size=(L, M, M)), -1) * scale
+    layer.q_sqrt_orthogonal.assign(noise + np.eye(M) * rng.uniform(0.3, 1.0, size=(L, 1, M)))
+
+
+@pytest.mark.parametrize(
+    "relaxation, shallow_class", [("beta", gt.TightSOLVEGP), ("none", gt.SOLVEGP)]
+)
+@pytest.mark.parametrize("output_dim, separate, whiten", [(1, False, True), (2, True, False)])
+def test_one_layer_with_an_orthogonal_set_is_solve_gp(
+    rng, relaxation, shallow_class, output_dim, separate, whiten
+):
+    X, Y = data(rng, P=output_dim)
+    N = len(X)
+    Z, Z_orthogonal = rng.normal(size=(5, 2)), rng.normal(size=(4, 2))
+    kernel, inducing = layer_parts(Z, output_dim, lengthscales=[0.8, 1.3], separate=separate)
+    orthogonal = construct_basic_inducing_variables(
+        4, 2, output_dim, share_variables=True, z_init=Z_orthogonal
+    )
+    beta = rng.uniform(0.05, 0.5, size=output_dim)
+    options = {"beta": beta} if relaxation == "beta" else {"relaxation": "none"}
+    layer = TightGPLayer(
+        kernel,
+        inducing,
+        N,
+        mean_function=Zero(output_dim),
+        orthogonal_inducing_variable=orthogonal,
+        whiten=whiten,
+        **options,
+    )
+    prior_q_sqrt = layer.q_sqrt_orthogonal.numpy()
+    likelihood = gpflow.likelihoods.Gaussian(0.07)
+    shallow = shallow_class(
+        kernel,
+        likelihood,
+        inducing,
+        orthogonal,
+        num_data=N,
+        mean_function=Zero(output_dim),
+        num_latent_gps=output_dim,
+        whiten=whiten,
+        **options,
+    )
+    np.testing.assert_array_equal(prior_q_sqrt, shallow.q_sqrt_orthogonal.numpy())
+    assert any(v is layer.q_mu_orthogonal.unconstrained_variable for v in layer.trainable_weights)
+    randomise_q(layer, rng)
+    randomise_q_orthogonal(layer, rng)
+    for name in ("q_mu", "q_sqrt", "q_mu_orthogonal", "q_sqrt_orthogonal"):
+        getattr(shallow, name).assign(getattr(layer, name))
+    deep = DeepGP([layer], LikelihoodLayer(likelihood))
+    np.testing.assert_allclose(layer.prior_kl(), shallow.prior_kl(), rtol=1e-12)
+    np.testing.assert_allclose(deep.elbo((X, Y)), shallow.elbo((X, Y)), rtol=1e-11)
+    Xnew = rng.normal(size=(5, 2))
+    for got, want in zip(deep.predict_f(Xnew), shallow.predict_f(Xnew)):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
+    for got, want in zip(
+        layer.predict(Xnew, full_cov=True), shallow.predict_f(Xnew, full_cov=True)
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
+
+
+def test_orthogonal_sets_through_tighten_and_their_refusals(rng):
+    X, Y = data(rng, N=20)
+    Z = rng.normal(size=(4, 2))
+    plain = DeepGP(
+        [GPLayer(*layer_parts(Z), len(X), Zero())],
+        LikelihoodLayer(gpflow.likelihoods.Gaussian(0.05)),
+    )
+    Z_orthogonal = rng.normal(size=(3, 2))
+    tight = tighten(plain, orthogonal_inducing_variables=[Z_orthogonal])
+    layer = tight.f_layers[0]
+    regular = plain.f_layers[0].inducing_variable.inducing_variable
+    assert layer.orthogonal_inducing_variable.regular is regular  # shared, so trained together
+    np.testing.assert_array_equal(
+        layer.orthogonal_inducing_variable.orthogonal.Z.numpy(), Z_orthogonal
+    )
+    # q(v⊥) starts at the prior, so the KL is the plain layer's
+    np.testing.assert_allclose(layer.prior_kl(), plain.f_layers[0].prior_kl(), rtol=1e-12)
+    stacked = layer.predict(np.stack([X, X[::-1]]))  # leading sample dimensions
+    for got, want in zip(stacked, layer.predict(X[::-1])):
+        np.testing.assert_allclose(got[1], want, rtol=1e-13)
+    with pytest.raises(NotImplementedError, match="orthogonal set"):
+        layer.sample()
+    with pytest.raises(ValueError, match="one entry"):
+        tighten(plain, orthogonal_inducing_variables=[Z_orthogonal, None])
+    with pytest.raises(ValueError, match="need an `orthogonal_inducing_variable`"):
+        TightGPLayer(*layer_parts(Z), 10, Zero(), q_mu_orthogonal=np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="q_mu_orthogonal"):
+        TightGPLayer(
+            *layer_parts(Z),
+            10,
+            Zero(),
+            orthogonal_inducing_variable=Z_orthogonal,
+            q_mu_orthogonal=np.zeros((2, 1)),
+        )
+    with pytest.raises(AttributeError, match="no `orthogonal_inducing_variable`"):
+        TightGPLayer(*layer_parts(Z), 10, Zero()).orthogonal_posterior()
+
+
+def test_keras_fit_trains_orthogonal_sets_and_a_checkpoint_restores_them(rng, tmp_path):
+    X = rng.uniform(-2, 2, size=(48, 1))
+    Y = np.sin(2 * X) + 0.1 * rng.normal(size=(48, 1))
+
+    def build():
+        plain = two_layer_dgp(rng, X, tight=(False, False))
+        orthogonal = [np.linspace(-1.5, 1.5, 3)[:, None], np.linspace(-2, 2, 4)[:, None]]
+        return tighten(plain, orthogonal_inducing_variables=orthogonal)
+
+    dgp = build()
+    model = dgp.as_training_model()
+    model.compile(tf_keras.optimizers.Adam(0.02))
+    history = model.fit({"inputs": X, "targets": Y}, epochs=30, batch_size=16, verbose=0)
+    assert np.mean(history.history["loss"][-5:]) < np.mean(history.history["loss"][:5])
+    for layer in dgp.f_layers:
+        assert np.abs(layer.q_mu_orthogonal.numpy()).max() > 1e-3  # moved from zero
+
+    path = tf.train.Checkpoint(model=dgp).save(str(tmp_path / "dgp"))
+    restored = build()
+    tf.train.Checkpoint(model=restored).restore(path).assert_consumed()
+    for a, b in zip(dgp.f_layers, restored.f_layers):
+        np.testing.assert_array_equal(a.q_mu_orthogonal.numpy(), b.q_mu_orthogonal.numpy())
+        np.testing.assert_array_equal(a.q_sqrt_orthogonal.numpy(), b.q_sqrt_orthogonal.numpy())
+    values = []
+    for model in (dgp, restored):
+        tf.random.set_seed(1)
+        values.append(model.elbo((X, Y)).numpy())
+    assert values[0] == values[1]
