@@ -53,7 +53,8 @@ dist: $(VENV)/.installed-test
 
 # A second environment on the stack Trieste and GPflux pin (tensorflow 2.18): the wheel of
 # `make dist` installed into it, a smoke test of the installed package from outside the source
-# tree, the integration tests (tests/compat) and the two integration notebooks, shortened.
+# tree, the integration tests (tests/compat, which build the site with the two integration
+# notebooks executed from their committed records) and the two notebooks, shortened.
 COMPAT := .venv-compat
 COMPAT_PINS := trieste==4.6.1 gpflux==0.4.5
 
@@ -63,7 +64,7 @@ $(COMPAT)/bin/python:
 	$(COMPAT)/bin/python -m pip install --quiet --upgrade pip
 
 test-compat: dist | $(COMPAT)/bin/python
-	$(COMPAT)/bin/pip install --quiet dist/*.whl $(COMPAT_PINS) pytest pytest-xdist
+	$(COMPAT)/bin/pip install --quiet "$$(ls dist/*.whl)[docs]" $(COMPAT_PINS) pytest pytest-xdist
 	$(COMPAT)/bin/pip install --quiet --force-reinstall --no-deps dist/*.whl
 	$(COMPAT)/bin/pip check
 	cd "$$(mktemp -d)" && $(abspath $(COMPAT))/bin/python $(abspath tests/compat/installed_smoke.py)

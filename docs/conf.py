@@ -16,7 +16,8 @@ with the extensions, fonts and menu it loads on demand, into the site's ``_stati
 
 Environment switches: ``GPFLOW_TIGHT_DOCS_EXECUTE`` is myst-nb's execution mode (``cache`` by
 default, so that notebooks rerun only when they change; ``force`` or ``off``); ``GPFLOW_CI=1``
-runs the notebooks on their short test settings.
+runs the notebooks on their short test settings; ``GPFLOW_TIGHT_DOCS_NOTEBOOKS=compat`` executes
+only the integrations' notebooks (Trieste, GPflux), which run only where both are installed.
 """
 
 import importlib.util
@@ -66,14 +67,22 @@ myst_heading_anchors = 3
 
 nb_custom_formats = {".pct.py": ["jupytext.reads", {"fmt": "py:percent"}]}
 nb_execution_mode = os.environ.get("GPFLOW_TIGHT_DOCS_EXECUTE", "cache")
-# Notebooks of the integrations (Trieste, GPflux) need the second environment of
-# `make test-compat`, which runs them; the site shows their code and committed figures.
+# Notebooks of the integrations (Trieste, GPflux) run where Trieste and GPflux are installed (the
+# second environment of `make test-compat`, which builds the site with them executed); elsewhere
+# the site shows their code and committed figures. GPFLOW_TIGHT_DOCS_NOTEBOOKS=compat executes
+# only them.
 COMPAT_MARKER = "#     environment: compat"  # in the Jupytext header's `gpflow_tight:`
 ROOT = DOCS.parent
-nb_execution_excludepatterns = [
-    str(path.relative_to(ROOT))
+NOTEBOOKS = {
+    str(path.relative_to(ROOT)): COMPAT_MARKER in path.read_text().splitlines()[:8]
     for path in sorted(ROOT.glob("notebooks/*.pct.py"))
-    if COMPAT_MARKER in path.read_text().splitlines()[:8]
+}
+INTEGRATIONS = all(importlib.util.find_spec(name) for name in ("trieste", "gpflux"))
+ONLY_COMPAT = os.environ.get("GPFLOW_TIGHT_DOCS_NOTEBOOKS", "all") == "compat"
+nb_execution_excludepatterns = [
+    path
+    for path, compat in NOTEBOOKS.items()
+    if (compat and not INTEGRATIONS) or (ONLY_COMPAT and not compat)
 ]
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
 nb_execution_timeout = 3600

@@ -28,9 +28,11 @@
 # plain and tight, on the UCI `kin8nm` set (8 inputs, 8,192 points, 90/10 splits of Gal &
 # Ghahramani), with the same initialisation, optimiser and budget for both.
 #
-# GPflux pins tensorflow < 2.19, so the documentation site shows the notebook without running
-# it: `make test-compat` runs it (shortened) in that environment, and the figure and table below
-# come from its full run, committed to `docs/_static/deep_gp/`.
+# GPflux pins tensorflow < 2.19, so the notebook runs in the second environment of
+# `make test-compat`: shortened as a smoke test, and in full in the documentation site built
+# there, from the records of its full run committed to `docs/_static/deep_gp/` (one line per
+# run: a rerun trains only what is missing). The site built without GPflux shows it unexecuted,
+# with the committed figure and table:
 #
 # ![Test log-likelihood and RMSE](../docs/_static/deep_gp/results.png)
 #
