@@ -53,8 +53,9 @@ dist: $(VENV)/.installed-test
 
 # A second environment on the stack Trieste and GPflux pin (tensorflow 2.18): the wheel of
 # `make dist` installed into it, a smoke test of the installed package from outside the source
-# tree, the integration tests (tests/compat, which build the site with the two integration
-# notebooks executed from their committed records) and the two notebooks, shortened.
+# tree, and the integration tests (tests/compat: they also build the site with the two
+# integration notebooks executed from their committed records, and run both notebooks as
+# scripts on their smoke settings).
 COMPAT := .venv-compat
 COMPAT_PINS := trieste==4.6.1 gpflux==0.4.5
 
@@ -69,13 +70,11 @@ test-compat: dist | $(COMPAT)/bin/python
 	$(COMPAT)/bin/pip check
 	cd "$$(mktemp -d)" && $(abspath $(COMPAT))/bin/python $(abspath tests/compat/installed_smoke.py)
 	$(COMPAT)/bin/pytest -n 2 --durations=10 tests/compat
-	GPFLOW_TIGHT_QUICK=1 MPLBACKEND=Agg $(COMPAT)/bin/python notebooks/trieste_bo.pct.py
-	GPFLOW_TIGHT_QUICK=1 MPLBACKEND=Agg $(COMPAT)/bin/python notebooks/deep_gp.pct.py
 
-# the site works offline: built without the notebooks, its maths checked in headless Chromium
-# (`make test` runs this test too)
+# the site builds without warnings with every notebook executed (on their short settings) and
+# works offline, its maths checked in headless Chromium (`make test` runs this test too)
 test-docs: $(VENV)/.installed-test browser
-	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_docs_offline.py
+	$(BIN)/pytest -p no:xdist --durations=0 tests/integration/test_site.py
 
 # Debian's Chromium for the docs test, installed with apt-get when it is missing (as root, or
 # through sudo); GPFLOW_TIGHT_CHROMIUM names another Chromium or Chrome binary instead

@@ -12,7 +12,7 @@ MathJax is served with the site, never from a CDN, so that the equations render 
 ``docs`` extra installs ``django-static-mathjax`` (MathJax 3.2.2's browser components as package
 data; Django itself is not needed), and ``copy_mathjax`` copies the TeX-to-CommonHTML component,
 with the extensions, fonts and menu it loads on demand, into the site's ``_static/mathjax``.
-``tests/integration/test_docs_offline.py`` opens a page in headless Chromium and checks it.
+``tests/integration/test_site.py`` opens its pages in headless Chromium and checks them.
 
 Environment switches: ``GPFLOW_TIGHT_DOCS_EXECUTE`` is myst-nb's execution mode (``cache`` by
 default, so that notebooks rerun only when they change; ``force`` or ``off``); ``GPFLOW_CI=1``

@@ -20,13 +20,9 @@ from gpflow.posteriors import IndependentPosterior, get_posterior_class
 from gpflux.layers import GPLayer
 from gpflux.models import DeepGP
 
-from .models.solve import (
-    _check_orthogonal_sets,
-    decoupled_prior_kl,
-    orthogonal_variational_parameters,
-)
+from .models.solve import decoupled_prior_kl, orthogonal_variational_parameters
 from .models.tight_svgp import relaxed_marginals
-from .orthogonal import LatentBlock, latent_blocks, orthogonal_sets
+from .orthogonal import LatentBlock, check_orthogonal_sets, latent_blocks, orthogonal_sets
 from .posteriors import OrthogonalPosterior
 from .projection import marginals_with_residual, project
 from .relaxation import Relaxation, as_relaxation, conditional_relaxation_term
@@ -124,7 +120,7 @@ class TightGPLayer(GPLayer):
                 q_diag=False,
                 whiten=self.whiten,
             )
-            _check_orthogonal_sets(self.latent_blocks())
+            check_orthogonal_sets(self.latent_blocks())
         elif q_mu_orthogonal is not None or q_sqrt_orthogonal is not None:
             raise ValueError(
                 "`q_mu_orthogonal`/`q_sqrt_orthogonal` need an `orthogonal_inducing_variable`."

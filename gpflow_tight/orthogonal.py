@@ -48,7 +48,7 @@ from gpflow.models.util import inducingpoint_wrapper
 
 from .covariances.kuvs import Kuv
 from .inducing_variables.orthogonal import OrthogonalInducingVariables
-from .validation import KUU, check_inducing_variable, checked_cholesky
+from .validation import KUU, check_inducing_variable, checked_cholesky, explain_cholesky_failure
 
 __all__ = [
     "OrthogonalInducingVariables",
@@ -58,6 +58,7 @@ __all__ = [
     "orthogonal_sets",
     "OrthogonalFactors",
     "orthogonal_factors",
+    "check_orthogonal_sets",
     "orthogonal_projections",
     "decoupled_marginals",
     "whiten_variational_parameters",
@@ -343,6 +344,20 @@ class LatentBlock(NamedTuple):
     kernel: Kernel
     inducing_variable: Any
     latents: slice
+
+
+def check_orthogonal_sets(blocks: list[LatentBlock]) -> None:
+    """
+    Fail early, with advice, when the covariance of an orthogonal set given the regular one is
+    not positive definite (e.g. orthogonal points on top of regular ones). Without orthogonal
+    points nothing is checked, as SGPR and SVGP check nothing at construction.
+    """
+    if not tf.executing_eagerly():
+        return
+    with explain_cholesky_failure():
+        for block in blocks:
+            if int(block.inducing_variable.num_inducing) > 0:
+                orthogonal_factors(block.inducing_variable, block.kernel)
 
 
 def latent_kernels(kernel: Kernel) -> list[Kernel]:

@@ -25,6 +25,7 @@ from gpflow.utilities import positive, to_default_float, triangular
 from ..orthogonal import (
     LatentBlock,
     OrthogonalFactors,
+    check_orthogonal_sets,
     latent_blocks,
     orthogonal_factors,
     orthogonal_sets,
@@ -48,20 +49,6 @@ BOUNDS = ("solve", "thesis")
 
 def _half_logdet(cholesky_factor: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.math.log(tf.linalg.diag_part(cholesky_factor)))
-
-
-def _check_orthogonal_sets(blocks: list[LatentBlock]) -> None:
-    """
-    Fail early, with advice, when the covariance of an orthogonal set given the regular one is
-    not positive definite (e.g. orthogonal points on top of regular ones). Without orthogonal
-    points nothing is checked, as SGPR and SVGP check nothing at construction.
-    """
-    if not tf.executing_eagerly():
-        return
-    with explain_cholesky_failure():
-        for block in blocks:
-            if int(block.inducing_variable.num_inducing) > 0:
-                orthogonal_factors(block.inducing_variable, block.kernel)
 
 
 def orthogonal_variational_parameters(
@@ -194,9 +181,7 @@ class SOLVEGPR(RelaxedSGPR):
             kernel, self.inducing_variable, orthogonal_inducing_variable
         )
         self.bound = bound
-        _check_orthogonal_sets(
-            [LatentBlock(kernel, self.orthogonal_inducing_variable, slice(None))]
-        )
+        check_orthogonal_sets([LatentBlock(kernel, self.orthogonal_inducing_variable, slice(None))])
 
     def projection(
         self, X: InputData | None = None, factors: OrthogonalFactors | None = None
@@ -372,7 +357,7 @@ class SOLVEGP(RelaxedSVGP):
             q_diag=len(self.q_sqrt.shape) == 2,
             whiten=self.whiten,
         )
-        _check_orthogonal_sets(self.latent_blocks())
+        check_orthogonal_sets(self.latent_blocks())
 
     def _latent_structure(self) -> tuple[bool, bool]:
         """Independent latent GPs always; mixed when the kernel is a linear coregionalisation."""

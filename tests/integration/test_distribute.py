@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests.test_keras import EXTERNAL
@@ -35,19 +36,17 @@ strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert strategy.num_replicas_in_sync == 2
 
 
-def build(name, scope_strategy, rate):
+def build(name, scope_strategy):
     with scope_strategy.scope():
         model, data = MODEL_FACTORIES[name](np.random.default_rng(0))
         keras_model = KerasGPModel(model)
-        keras_model.compile(optimizer=tf_keras.optimizers.SGD(rate))
+        # plain SGD, so that a wrongly scaled gradient shows
+        keras_model.compile(optimizer=tf_keras.optimizers.SGD(1e-3))
     return model, keras_model, data
 
 
-def loss_and_gradients(name, scope_strategy, rows):
-    # the sum over replicas of the weighted losses and of their gradients, on the batch ``rows``
-    model, keras_model, data = build(name, scope_strategy, 1.0)
-    batch = tuple(np.asarray(x)[rows] for x in data)
-    dataset = tf.data.Dataset.from_tensor_slices(batch).batch(len(rows))
+def summed_loss_and_gradients(keras_model, scope_strategy):
+    # the sum over replicas of the weighted losses and of their gradients, on one batch
 
     def replica_step(replica_batch):  # what KerasGPModel.train_step applies
         loss, weight, gradients = keras_model.weighted_gradients(replica_batch)
@@ -60,45 +59,53 @@ def loss_and_gradients(name, scope_strategy, rows):
             lambda x: scope_strategy.reduce(tf.distribute.ReduceOp.SUM, x, axis=None), results
         )
 
-    loss, gradients = run(next(iter(scope_strategy.experimental_distribute_dataset(dataset))))
-    return float(loss), [tf.convert_to_tensor(g).numpy() for g in gradients]
+    def on(batch):
+        dataset = tf.data.Dataset.from_tensor_slices(batch).batch(len(batch[0]))
+        loss, gradients = run(next(iter(scope_strategy.experimental_distribute_dataset(dataset))))
+        return float(loss), [tf.convert_to_tensor(g).numpy() for g in gradients]
+
+    return on
 
 
 single_device = tf.distribute.get_strategy()
 for name in sys.argv[2:]:
-    # fit(): two epochs of SGD steps on batches of N - 1 and 1 points: an odd batch splits
-    # unevenly between the replicas, and a batch of one point leaves a replica empty
+    # one model per strategy: the loss and gradient on batches of N - 1 points and of 1 point
+    # (an odd batch splits unevenly between the replicas, a batch of one point leaves a replica
+    # empty), then fit(): two epochs of SGD steps on those batches
     runs = []
     for scope_strategy in (strategy, single_device):
-        # plain SGD, so that a wrongly scaled gradient shows
-        model, keras_model, data = build(name, scope_strategy, 1e-3)
+        model, keras_model, data = build(name, scope_strategy)
         initial = [v.numpy() for v in model.trainable_variables]
-        dataset = tf.data.Dataset.from_tensor_slices(tuple(data)).batch(len(data[0]) - 1)
+        num_data = len(data[0])
+        on = summed_loss_and_gradients(keras_model, scope_strategy)
+        batches = [
+            on(tuple(np.asarray(x)[rows] for x in data))
+            for rows in (np.arange(num_data - 1), np.array([num_data - 1]))
+        ]
+        dataset = tf.data.Dataset.from_tensor_slices(tuple(data)).batch(num_data - 1)
         history = keras_model.fit(dataset, epochs=2, verbose=0).history["loss"]
-        runs.append((history, [v.numpy() for v in model.trainable_variables]))
-    (loss_a, params_a), (loss_b, params_b) = runs
+        runs.append((batches, history, [v.numpy() for v in model.trainable_variables]))
+    (batches_a, loss_a, params_a), (batches_b, loss_b, params_b) = runs
+    for (loss_a_i, gradients_a), (loss_b_i, gradients_b) in zip(batches_a, batches_b):
+        np.testing.assert_allclose(loss_a_i, loss_b_i, rtol=1e-12, err_msg=name)
+        assert len(gradients_a) == len(gradients_b) > 0, name
+        scale = max(np.max(np.abs(g)) for g in gradients_b)  # round-off is relative to the largest
+        assert scale > 0, name
+        for a, b in zip(gradients_a, gradients_b):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13 * scale, err_msg=name)
     assert len(loss_a) == 2 and np.all(np.isfinite(loss_a)), name
     np.testing.assert_allclose(loss_a, loss_b, rtol=1e-10, err_msg=name)
     assert len(params_a) == len(params_b) > 0, name
     assert any(not np.array_equal(a, i) for a, i in zip(params_a, initial)), name
     for a, b in zip(params_a, params_b):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, err_msg=name)
-    # the loss and the gradient on each of those batches: as on one device
-    num_data = len(data[0])
-    for rows in (np.arange(num_data - 1), np.array([num_data - 1])):
-        loss_a, gradients_a = loss_and_gradients(name, strategy, rows)
-        loss_b, gradients_b = loss_and_gradients(name, single_device, rows)
-        np.testing.assert_allclose(loss_a, loss_b, rtol=1e-12, err_msg=name)
-        assert len(gradients_a) == len(gradients_b) > 0, name
-        scale = max(np.max(np.abs(g)) for g in gradients_b)  # round-off is relative to the largest
-        assert scale > 0, name
-        for a, b in zip(gradients_a, gradients_b):
-            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13 * scale, err_msg=name)
     print(name, "ok")
 """
 
 
-def test_mirrored_strategy_equals_a_single_device(tmp_path):
+# two processes, so that pytest -n runs them side by side
+@pytest.mark.parametrize("names", [EXTERNAL[0::2], EXTERNAL[1::2]], ids=["part 1", "part 2"])
+def test_mirrored_strategy_equals_a_single_device(tmp_path, names):
     """fit() under MirroredStrategy on two logical CPUs takes the single-device steps (each
     replica's loss weighted by its share of the batch) for every external-data model; one step
     on a batch that splits unevenly, or leaves a replica empty, has the single-device loss and
@@ -106,10 +113,10 @@ def test_mirrored_strategy_equals_a_single_device(tmp_path):
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
     result = subprocess.run(
-        [sys.executable, str(script), str(ROOT), *EXTERNAL], capture_output=True, text=True
+        [sys.executable, str(script), str(ROOT), *names], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count(" ok") == len(EXTERNAL)
+    assert result.stdout.count(" ok") == len(names)
 
 
 def free_ports(count):
