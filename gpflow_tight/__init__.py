@@ -23,6 +23,7 @@ from .likelihoods import ExactProbit
 from .models import *  # noqa: F403  (every model class, listed in models.__all__)
 from .models import __all__ as _models
 from .orthogonal import OrthogonalInducingVariables
+from .posteriors import NegativeVarianceWarning
 from .tilted import exact_probit
 from .training import TrainingError
 from .validation import CholeskyError, DtypeCastWarning
@@ -37,6 +38,7 @@ __all__ = [
     "exact_probit",
     "CholeskyError",
     "DtypeCastWarning",
+    "NegativeVarianceWarning",
     "TrainingError",
     "covariances",
     "inducing_variables",

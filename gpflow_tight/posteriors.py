@@ -14,9 +14,11 @@ the power and the sites, VNNGP's on the neighbour structure, while the inducing 
 themselves (orthogonal sets, frequency features) are ordinary ones for GPflow's own posteriors,
 which handle them correctly through ``Kuu``/``Kuf``.
 
-One module, as GPflow keeps its posteriors, in three sections: SOLVE-GP, Power EP, VNNGP.
+One module, as GPflow keeps its posteriors, in four sections: SOLVE-GP, Power EP, the classic
+approximations on DTC's :math:`q(\\mathbf u)` (SoR, Nyström), VNNGP.
 """
 
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -40,9 +42,10 @@ from .orthogonal import (
     orthogonal_projections,
     whiten_variational_parameters,
 )
-from .projection import Projection, collapsed_common_terms, residual_variance
+from .projection import Projection, collapsed_common_terms, project, residual_variance
 from .validation import (
     ConstructorOnly,
+    _user_stacklevel,
     checked_cholesky,
     checked_xnew,
     checks_arguments,
@@ -52,6 +55,9 @@ __all__ = [
     "OrthogonalPosterior",
     "CollapsedOrthogonalPosterior",
     "PowerEPPosterior",
+    "SoRPosterior",
+    "NystromPosterior",
+    "NegativeVarianceWarning",
     "VNNGPPosterior",
     "whitened_block_q",
     "union_projection",
@@ -480,20 +486,200 @@ class PowerEPPosterior(ConstructorOnly, FusedFromCache):
         B = tf.linalg.triangular_solve(LB, A, lower=True)
         mean = tf.linalg.matmul(B, c, transpose_a=True)
         if full_cov:
+            var = self._prior_residual(Xnew, A, full_cov) + tf.linalg.matmul(B, B, transpose_a=True)
+            var = tf.tile(var[None, ...], [self.num_latent_gps, 1, 1])  # [P, N, N]
+        else:
+            var = self._prior_residual(Xnew, A, full_cov) + tf.reduce_sum(tf.square(B), 0)
+            var = tf.tile(var[:, None], [1, self.num_latent_gps])  # [N, P]
+        return mean, expand_independent_outputs(var, full_cov, full_output_cov)
+
+    def _prior_residual(self, Xnew: Any, A: tf.Tensor, full_cov: bool) -> tf.Tensor:
+        """
+        The covariance of the prior conditional :math:`p(\\mathbf f_* \\mid \\mathbf u)`,
+        :math:`K_{**} - Q_{**} = K_{**} - \\mathbf a_*^\\top\\mathbf a_*` ([N, N], or its
+        diagonal [N]), which the predictive adds to what :math:`q(\\mathbf u)` carries.
+        """
+        if full_cov:
+            return self.kernel(Xnew) - tf.linalg.matmul(A, A, transpose_a=True)
+        return self.kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(A), 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Classic approximations on DTC's q(u): SoR and the Nyström GP (Quiñonero-Candela & Rasmussen
+# 2005; Williams & Seeger 2001)
+
+
+class NegativeVarianceWarning(UserWarning):
+    """
+    Predictions of the Nyström GP (:class:`~gpflow_tight.Nystrom`) with a negative variance,
+    returned as computed (not clipped), with the number and the indices of the test points and
+    what to do. Also shown when such predictions are traced by ``tf.function``, where the
+    variances cannot be checked without a host round trip.
+    """
+
+
+class SoRPosterior(PowerEPPosterior):
+    """
+    The degenerate posterior of the subset of regressors (Quiñonero-Candela & Rasmussen 2005,
+    §4; spec §4.1, §4.5): DTC's :math:`q(\\mathbf u) = \\mathcal N(\\sigma^{-2}K_{uu}\\Sigma
+    K_{uf}\\mathbf y, K_{uu}\\Sigma K_{uu})`, :math:`\\Sigma = (K_{uu} + \\sigma^{-2}K_{uf}
+    K_{fu})^{-1}`, under the deterministic conditional :math:`f_* = \\mathbf k_{*u}K_{uu}^{-1}
+    \\mathbf u` of the finite-rank prior: DTC's mean and the covariance
+    :math:`K_{*u}\\Sigma K_{u*}`, DTC's minus :math:`K_{**} - Q_{**}`. It vanishes away from
+    the inducing inputs.
+
+    The constructor and the cache are :class:`PowerEPPosterior`'s, at :math:`\\alpha = 0`
+    (``alpha=0.0``, no blocks, no sites: what :class:`~gpflow_tight.SoR` passes).
+    """
+
+    def _prior_residual(self, Xnew: Any, A: tf.Tensor, full_cov: bool) -> tf.Tensor:
+        """Zero: SoR's prior has rank M, so :math:`f_*` is a function of :math:`\\mathbf u`."""
+        num_new = tf.shape(A)[1]
+        shape = tf.stack([num_new, num_new]) if full_cov else num_new[None]
+        return tf.zeros(shape, dtype=A.dtype)
+
+
+class NystromPosterior(PowerEPPosterior):
+    """
+    The Nyström GP of Williams & Seeger (2001): the exact GP predictive with :math:`K_{ff}`
+    replaced by :math:`Q_{ff} = K_{fu}K_{uu}^{-1}K_{uf}` inside the inverse only (spec §4.2),
+
+    .. math::
+        \\mu_* = \\mathbf k_{*f}(Q_{ff} + \\Sigma)^{-1}\\mathbf y,\\qquad
+        \\Sigma_* = K_{**} - K_{*f}(Q_{ff} + \\Sigma)^{-1}K_{f*},
+
+    with noise variances :math:`\\Sigma = \\mathrm{diag}(\\sigma_n^2)`. Splitting
+    :math:`K_{f*} = Q_{f*} + E` (:math:`E = K_{f*} - Q_{f*}`, the part of the test covariance the
+    inducing variables miss) and applying the Woodbury identity, :math:`(Q_{ff} + \\Sigma)^{-1} =
+    \\Sigma^{-1/2}(I - G^\\top G)\\Sigma^{-1/2}` with :math:`G = L_B^{-1}A\\Sigma^{-1/2}`,
+    :math:`A = L^{-1}K_{uf}` (the shared projection) and :math:`L_B L_B^\\top = I +
+    A\\Sigma^{-1}A^\\top`, gives DTC's predictive plus terms in :math:`\\tilde E =
+    \\Sigma^{-1/2}E`:
+
+    .. math::
+        \\mu_* = \\tilde{\\mathbf b}_*^\\top\\mathbf c + \\tilde E^\\top\\Sigma^{-1/2}\\mathbf y,
+        \\qquad \\Sigma_* = K_{**} - Q_{**} - \\tilde E^\\top\\tilde E +
+        \\tilde B_*^\\top\\tilde B_*,\\qquad \\tilde B_* = L_B^{-1}(L^{-1}K_{u*} -
+        A\\Sigma^{-1/2}\\tilde E),
+
+    with DTC's :math:`\\mathbf c = G\\Sigma^{-1/2}\\mathbf y`. At :math:`E = 0` (e.g. test
+    inputs among the inducing inputs) this is DTC's predictive. No :math:`N \\times N` matrix is
+    formed: the cache costs :math:`O(NM^2)`, a prediction :math:`O(N_* N M)`.
+
+    The term :math:`-\\tilde E^\\top\\tilde E` can outweigh the others: the variance can be
+    **negative** (spec §4.2; the smaller the noise, the likelier). Negative variances are
+    returned as computed, never clipped (a clipped 0 would claim certainty), and each eager
+    prediction that has any shows a :class:`NegativeVarianceWarning` naming the test points.
+    Inside ``tf.function`` the check would need a host round trip (``tf.py_function``) or an op
+    XLA cannot compile (``tf.print``), so compiled predictions are not checked: tracing shows
+    the warning, saying so; check ``var < 0`` on their result.
+
+    The constructor is :class:`PowerEPPosterior`'s, at :math:`\\alpha = 0` (``alpha=0.0``, no
+    blocks, no sites: what :class:`~gpflow_tight.Nystrom` passes). The cache is
+    :math:`(L, L_B, \\mathbf c,
+    A\\Sigma^{-1/2}, \\Sigma^{-1/2}(\\mathbf y - \\mu(X)), \\mathrm{diag}(\\Sigma)^{1/2})`;
+    the kernel's covariances with the test inputs, :math:`K_{f*}` among them, are evaluated
+    live.
+    """
+
+    @check_shapes(
+        "return[0]: [M, M]",
+        "return[1]: [M, M]",
+        "return[2]: [M, R]",
+        "return[3]: [M, N]",
+        "return[4]: [N, R]",
+        "return[5]: [N]",
+    )
+    def _precompute(self) -> tuple[PrecomputedValue, ...]:
+        X = self.X_data
+        mean_function = Zero() if self.mean_function is None else self.mean_function
+        projection = project(self.inducing_variable, self.kernel, X, name="data X")
+        sigma_sq = self.likelihood.variance_at(X)[:, 0]
+        common = collapsed_common_terms(projection, sigma_sq)
+        scaled_error = (self.Y_data - mean_function(X)) / common.sigma[:, None]
+        c = tf.linalg.triangular_solve(
+            common.LB, tf.linalg.matmul(common.A, scaled_error), lower=True
+        )
+        dynamic_outputs = c.shape[-1] is None
+        return (
+            PrecomputedValue(common.L, (False, False)),
+            PrecomputedValue(common.LB, (False, False)),
+            PrecomputedValue(c, (False, dynamic_outputs)),
+            PrecomputedValue(common.A, (False, True)),
+            PrecomputedValue(scaled_error, (True, dynamic_outputs)),
+            PrecomputedValue(common.sigma, (True,)),
+        )
+
+    @inherit_check_shapes
+    def _conditional_with_precompute(
+        self,
+        cache: tuple[tf.Tensor, ...],
+        Xnew: Any,
+        full_cov: bool = False,
+        full_output_cov: bool = False,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        L, LB, c, A_data, scaled_error, sigma = cache
+        A = tf.linalg.triangular_solve(
+            L, Kuf(self.inducing_variable, self.kernel, Xnew), lower=True
+        )
+        # Ẽ = Σ^{-1/2}(K_f* − Q_f*) [N, N*], and B̃_* = L_B⁻¹(a_* − AΣ^{-1/2}Ẽ) [M, N*]
+        E = self.kernel(self.X_data, Xnew) / sigma[:, None] - tf.linalg.matmul(
+            A_data, A, transpose_a=True
+        )
+        B = tf.linalg.triangular_solve(LB, A - tf.linalg.matmul(A_data, E), lower=True)
+        mean = tf.linalg.matmul(B, c, transpose_a=True) + tf.linalg.matmul(
+            E, scaled_error, transpose_a=True
+        )
+        if full_cov:
             var = (
-                self.kernel(Xnew)
+                self._prior_residual(Xnew, A, full_cov)
+                - tf.linalg.matmul(E, E, transpose_a=True)
                 + tf.linalg.matmul(B, B, transpose_a=True)
-                - tf.linalg.matmul(A, A, transpose_a=True)
             )
+            _warn_on_negative_variance(tf.linalg.diag_part(var))
             var = tf.tile(var[None, ...], [self.num_latent_gps, 1, 1])  # [P, N, N]
         else:
             var = (
-                self.kernel(Xnew, full_cov=False)
+                self._prior_residual(Xnew, A, full_cov)
+                - tf.reduce_sum(tf.square(E), 0)
                 + tf.reduce_sum(tf.square(B), 0)
-                - tf.reduce_sum(tf.square(A), 0)
             )
+            _warn_on_negative_variance(var)
             var = tf.tile(var[:, None], [1, self.num_latent_gps])  # [N, P]
         return mean, expand_independent_outputs(var, full_cov, full_output_cov)
+
+
+@tf.autograph.experimental.do_not_convert
+def _warn_on_negative_variance(variance: tf.Tensor) -> None:
+    """
+    Show a :class:`NegativeVarianceWarning` when a Nyström variance [N] is negative (eagerly),
+    or, when traced, that compiled predictions are not checked. Adds no op to the graph.
+    """
+    fixes = (
+        "more or better-placed inducing points (e.g. a subset of the data spread over the test "
+        "region), a larger noise variance, or DTC / SGPR, whose variances are never negative"
+    )
+    if not tf.executing_eagerly():
+        warnings.warn(
+            "Nyström predictive variances can be negative, and predictions compiled by "
+            "tf.function are not checked (a check would need a host round trip): check "
+            f"`var < 0` on their result. If some are negative, use {fixes}.",
+            NegativeVarianceWarning,
+            stacklevel=_user_stacklevel(),
+        )
+        return
+    negative = np.flatnonzero(variance.numpy() < 0)
+    if negative.size == 0:
+        return
+    shown = ", ".join(str(i) for i in negative[:10]) + (", ..." if negative.size > 10 else "")
+    warnings.warn(
+        f"{negative.size} of {variance.shape[0]} test points have a negative Nyström predictive "
+        f"variance (rows {shown} of Xnew; smallest {np.min(variance.numpy()):.3g}), returned "
+        "as computed: the Nyström GP puts the rank-M approximation Q_ff only inside the inverse, "
+        f"so its variance is not bounded below by 0. Use {fixes}.",
+        NegativeVarianceWarning,
+        stacklevel=_user_stacklevel(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

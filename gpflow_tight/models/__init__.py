@@ -6,9 +6,12 @@ from here for code written before they moved.)
 
 from ..posteriors import OrthogonalPosterior as OrthogonalPosterior
 from ..posteriors import PowerEPPosterior as PowerEPPosterior
+from .classic import Nystrom, SoR
+from .committee import BCM
 from .gplvm import TVBGPLVM, MinibatchBayesianGPLVM, TightBayesianGPLVM
 from .power_ep import DTC, FITC, PITC, VFE, PowerEPSGP
 from .solve import SOLVEGP, SOLVEGPR, TightSOLVEGP, TightSOLVEGPR
+from .subset_of_data import SoD
 from .tight_sgpr import RelaxedSGPR, TightSGPR
 from .tight_svgp import RelaxedSVGP, TightSVGP
 from .vnngp import VNNGP
@@ -23,6 +26,10 @@ __all__ = [
     "PITC",
     "VFE",
     "DTC",
+    "SoR",
+    "Nystrom",
+    "SoD",
+    "BCM",
     "VNNGP",
     "TightBayesianGPLVM",
     "TVBGPLVM",

@@ -182,6 +182,8 @@ class PowerEPSGP(
         "_num_rows",
     )
     _includes_power_correction = True  # False only for DTC, which is not a Power-EP energy
+    # what posterior() builds from q(u); SoR and Nystrom predict otherwise from DTC's q(u)
+    _posterior_class: type[PowerEPPosterior] = PowerEPPosterior
 
     def __init__(
         self,
@@ -518,7 +520,7 @@ class PowerEPSGP(
         if self.inference == "sites":
             sites = (self.site_precision, self.site_shift)
         with explain_cholesky_failure():
-            return PowerEPPosterior(
+            return self._posterior_class(
                 self.kernel,
                 self._checked_data(),
                 self.inducing_variable,

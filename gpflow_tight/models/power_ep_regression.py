@@ -110,12 +110,19 @@ def _capped_assignment(X: np.ndarray, centres: np.ndarray, capacity: int) -> np.
 
 
 def cluster_blocks(
-    X: np.ndarray, block_size: int, seed: int = 0, iterations: int = 10
+    X: np.ndarray,
+    block_size: int | None,
+    seed: int = 0,
+    iterations: int = 10,
+    *,
+    num_blocks: int | None = None,
 ) -> list[np.ndarray]:
     """
     A balanced partition of the rows of ``X`` into :math:`B = \\lceil N / S \\rceil` blocks of
     nearby points, each of at most :math:`\\lceil N / B \\rceil \\le S` = ``block_size`` rows
-    (:func:`block_layout_shape`), none empty: k-means with a size cap. The centres start from
+    (:func:`block_layout_shape`), none empty: k-means with a size cap. With ``num_blocks``
+    instead of ``block_size`` (pass ``None``), :math:`B` = ``num_blocks`` (at most N) blocks of
+    at most :math:`\\lceil N / B \\rceil` rows. The centres start from
     ``scipy.cluster.vq.kmeans2`` (k-means++, ``seed``); then, ``iterations`` times at most, the
     rows are assigned to centres under the cap (:func:`_capped_assignment`) and the centres
     moved to their rows' means. A centre left without rows takes the nearest row of a block
@@ -123,7 +130,12 @@ def cluster_blocks(
     """
     X = np.asarray(X, dtype=float)
     num_data = len(X)
-    num_blocks, capacity = block_layout_shape(num_data, block_size)
+    if num_blocks is None:
+        if block_size is None:
+            raise ValueError("Pass `block_size` or `num_blocks` to `cluster_blocks`.")
+        num_blocks, capacity = block_layout_shape(num_data, block_size)
+    else:
+        capacity = -(-num_data // num_blocks)
     if num_blocks == 1:
         return [np.arange(num_data)]
     with warnings.catch_warnings():  # an empty k-means cluster is fixed below
@@ -267,27 +279,28 @@ class BlockPartition:
         return indices, mask
 
 
-def block_assignment(blocks: Sequence[Any], num_data: int) -> np.ndarray:
+def block_assignment(blocks: Sequence[Any], num_data: int, name: str = "blocks") -> np.ndarray:
     """
     Check that ``blocks`` (index arrays) partitions ``range(num_data)``; return the block of
-    each row, ``[num_data]`` int64, blocks numbered in their given order.
+    each row, ``[num_data]`` int64, blocks numbered in their given order. Errors name the
+    argument ``name``.
     """
     try:
         blocks = [np.asarray(block, dtype=np.int64).reshape(-1) for block in blocks]
     except (TypeError, ValueError) as error:
-        raise TypeError("`blocks` must be a sequence of integer index arrays.") from error
+        raise TypeError(f"`{name}` must be a sequence of integer index arrays.") from error
     if any(block.size == 0 for block in blocks):
-        raise ValueError("`blocks` contains an empty block; remove it.")
+        raise ValueError(f"`{name}` contains an empty block; remove it.")
     everything = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
     counts = np.bincount(
         everything[(everything >= 0) & (everything < num_data)], minlength=num_data
     )
     if everything.min(initial=0) < 0 or everything.max(initial=0) >= num_data:
-        raise ValueError(f"`blocks` holds indices outside 0..{num_data - 1} (the data rows).")
+        raise ValueError(f"`{name}` holds indices outside 0..{num_data - 1} (the data rows).")
     if np.any(counts != 1):
         repeated, missing = np.flatnonzero(counts > 1), np.flatnonzero(counts == 0)
         raise ValueError(
-            "`blocks` must partition the data rows: every row in exactly one block. "
+            f"`{name}` must partition the data rows: every row in exactly one block. "
             f"Rows in several blocks: {repeated[:5].tolist()}; rows in none: "
             f"{missing[:5].tolist()}."
         )
