@@ -5,8 +5,9 @@ ours, except the documented differences of :data:`EXPECTED`. A failure that is n
 run again, its file alone in one process; one that then passes (it depended on the order or
 company it ran in) is reported as a warning with its error, not as a break.
 
-``make test`` runs the files of :func:`runner.selected_files` (all but the slowest seven);
-``make test-gpflow-full`` runs all of them. GPflow's test files are downloaded from its source
+``make test`` runs the files of :func:`runner.selected_files` (all but the slowest seven) under
+the swaps of :func:`runner.selected_swaps` (one per family of drop-ins); ``make test-gpflow-full``
+runs all files under every swap. GPflow's test files are downloaded from its source
 distribution for the installed version
 (``pip download``, so from the package index pip is configured with); set
 ``GPFLOW_TIGHT_GPFLOW_TESTS`` to a directory to keep them between runs.
@@ -20,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.gpflow_suite import runner
-from tests.integration.gpflow_suite.gpflow_tight_swap import SWAPS
 
 ALL = ("relaxed", "tight", "power_ep", "solve", "tight_solve")
 SOLVE = ("solve", "tight_solve")
@@ -92,7 +92,7 @@ def unswapped(gpflow_tests):
     return outcomes
 
 
-@pytest.mark.parametrize("swap", sorted(SWAPS))
+@pytest.mark.parametrize("swap", runner.selected_swaps())
 def test_gpflow_tests_pass_with_the_drop_ins(swap, gpflow_tests, unswapped):
     files = runner.files_for(swap, gpflow_tests, runner.selected_files())
     swapped = runner.with_gpflow_names(runner.run(gpflow_tests, swap, files, WORKERS), swap)

@@ -49,8 +49,8 @@ FILES = [
     "tests/integration/test_method_equivalence.py",
 ]
 
-# The files `make test` runs (about 5 minutes for the unswapped run and the five swaps on two
-# cores): the model, optimiser, training and utility tests. The other seven (GPflow's posterior
+# The files `make test` runs (about 5 minutes for the unswapped run and the three core swaps on
+# two cores): the model, optimiser, training and utility tests. The other seven (GPflow's posterior
 # and conditional tests, the BO and method-equivalence integration tests) take about 50 minutes
 # more; `make test-gpflow-full` (GPFLOW_TIGHT_GPFLOW_SUITE=full) runs all of FILES.
 SLOW = {
@@ -63,13 +63,28 @@ SLOW = {
     "tests/integration/test_method_equivalence.py",
 }
 
+# The swaps `make test` runs: one per family of drop-ins, its most derived classes (TightSGPR,
+# TightSVGP and TightBayesianGPLVM on RelaxedSGPR/RelaxedSVGP; VFE and FITC; TightSOLVEGPR and
+# TightSOLVEGP on SOLVEGPR/SOLVEGP). "relaxed" and "solve", the same classes with the relaxation
+# off (which tests/models check equal GPflow's SGPR/SVGP to round-off), run in the full suite.
+CORE_SWAPS = ("tight", "power_ep", "tight_solve")
 
-def selected_files() -> list[str]:
-    """All of :data:`FILES` if ``GPFLOW_TIGHT_GPFLOW_SUITE=full``, else those not in SLOW."""
+
+def _suite() -> str:
     suite = os.environ.get("GPFLOW_TIGHT_GPFLOW_SUITE", "core")
     if suite not in ("core", "full"):
         raise ValueError(f"GPFLOW_TIGHT_GPFLOW_SUITE must be 'core' or 'full', got {suite!r}.")
-    return list(FILES) if suite == "full" else [f for f in FILES if f not in SLOW]
+    return suite
+
+
+def selected_files() -> list[str]:
+    """All of :data:`FILES` if ``GPFLOW_TIGHT_GPFLOW_SUITE=full``, else those not in SLOW."""
+    return list(FILES) if _suite() == "full" else [f for f in FILES if f not in SLOW]
+
+
+def selected_swaps() -> list[str]:
+    """Every swap if ``GPFLOW_TIGHT_GPFLOW_SUITE=full``, else :data:`CORE_SWAPS`."""
+    return sorted(_swaps()) if _suite() == "full" else sorted(CORE_SWAPS)
 
 
 def fetch_gpflow_tests(directory: Path) -> Path:
