@@ -8,6 +8,7 @@ from . import (
     datasets,
     inducing_variables,
     keras,
+    kernels,
     likelihoods,
     neighbors,
     orthogonal,
@@ -18,7 +19,8 @@ from . import (
     tilted,
     training,
 )
-from .inducing_variables import FrequencyInducingFeatures
+from .inducing_variables import FrequencyInducingFeatures, LatentInducingPoints
+from .kernels import ConvolvedKernel
 from .likelihoods import ExactProbit
 from .models import *  # noqa: F403  (every model class, listed in models.__all__)
 from .models import __all__ as _models
@@ -34,6 +36,8 @@ __all__ = [
     *_models,
     "OrthogonalInducingVariables",
     "FrequencyInducingFeatures",
+    "LatentInducingPoints",
+    "ConvolvedKernel",
     "ExactProbit",
     "exact_probit",
     "CholeskyError",
@@ -43,6 +47,7 @@ __all__ = [
     "covariances",
     "inducing_variables",
     "keras",
+    "kernels",
     "likelihoods",
     "orthogonal",
     "posteriors",

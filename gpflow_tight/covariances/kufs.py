@@ -7,7 +7,11 @@
 - :class:`~gpflow_tight.inducing_variables.orthogonal.OrthogonalInducingVariables` with any
   kernel: the residual cross-covariance :math:`C_{vX} = K_{vX} - K_{vu} (K_{uu} +
   \\varepsilon I)^{-1} K_{uX}`, :math:`\\varepsilon` GPflow's default jitter (Fernlund 2022,
-  eq. 5.5 and Algorithm 3, lines 3-4 and 19-20, with the line-20 erratum corrected).
+  eq. 5.5 and Algorithm 3, lines 3-4 and 19-20, with the line-20 erratum corrected);
+- :class:`~gpflow_tight.inducing_variables.latent.LatentInducingPoints` with the
+  :class:`~gpflow_tight.kernels.ConvolvedKernel`: the cross-covariance
+  :math:`\\mathrm{Cov}[u_{q_m}(\\mathbf z_m), f_{d_n}(\\mathbf x_n)]` of one Gaussian
+  convolution (Álvarez & Lawrence 2011), the inputs stacked with their output index.
 """
 
 import tensorflow as tf
@@ -19,9 +23,11 @@ from gpflow.kernels import Kernel, SquaredExponential
 
 from .. import orthogonal  # the module, not its names: it imports Kuv from here (a cycle)
 from ..inducing_variables.frequency import FrequencyInducingFeatures, fif_windows
+from ..inducing_variables.latent import LatentInducingPoints
 from ..inducing_variables.orthogonal import OrthogonalInducingVariables
+from ..kernels.convolved import ConvolvedKernel
 
-__all__ = ["Kuf_sqexp_fif"]
+__all__ = ["Kuf_sqexp_fif", "Kuf_convolved_latent"]
 
 
 @Kuf.register(FrequencyInducingFeatures, SquaredExponential, TensorLike)
@@ -80,3 +86,21 @@ def _kuf_orthogonal(
 ) -> tf.Tensor:
     L_u, D_v, _ = orthogonal._regular_factor(inducing_variable, kernel, default_jitter())
     return orthogonal._residual_cross_covariance(inducing_variable, kernel, L_u, D_v, Xnew)[1]
+
+
+@Kuf.register(LatentInducingPoints, ConvolvedKernel, TensorLike)
+@check_shapes(
+    "inducing_variable: [M, D_aug, 1]",
+    "Xnew: [N, D_aug]",
+    "return: [M, N]",
+)
+def Kuf_convolved_latent(
+    inducing_variable: LatentInducingPoints, kernel: ConvolvedKernel, Xnew: TensorType
+) -> tf.Tensor:
+    """
+    :meth:`~gpflow_tight.kernels.ConvolvedKernel.K_latent_output`: the covariance of the latent
+    values with the outputs at the stacked inputs ``Xnew`` [N, D + 1] (output index last).
+    """
+    kernel.check_latent_index(inducing_variable._latent_index)
+    Z = tf.convert_to_tensor(inducing_variable.Z)
+    return kernel.K_latent_output(Z, inducing_variable.latent_index, Xnew)
