@@ -22,7 +22,7 @@ def arguments(parser):
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--sparse-sizes", type=int, nargs="*", default=[100, 300], help="M of (a)")
     parser.add_argument("--sparse-num-data", type=int, default=5000, help="N of (a)")
-    parser.add_argument("--exact-sizes", type=int, nargs="*", default=[1000, 2000, 4000])
+    parser.add_argument("--exact-sizes", type=int, nargs="*", default=[1000, 2000])
     parser.add_argument("--expert-size", type=int, default=500, help="(b): N / p rows per expert")
     parser.add_argument("--active-fraction", type=float, default=0.25, help="(b): SoD's M / N")
     parser.add_argument("--num-test", type=int, default=1000, help="prediction inputs")
@@ -161,7 +161,8 @@ def render(report, records, missing, args):
                     _, ratios, _ = harness.ratio(r[quantity], name, reference)
                     cells += [f"{t:.1f}", harness.quartiles(ratios)]
                 seconds = r["selection"].get(name)
-                out.append(cells + ([f"{seconds:.2f}"] if part is b else []))
+                selection = "—" if seconds is None else f"{seconds:.2f}"
+                out.append(cells + ([selection] if part is b else []))
         return out
 
     def median_ratio(r, quantity, name, reference):
