@@ -499,6 +499,27 @@ def check_positive(value: Any, name: str) -> np.ndarray:
     return array
 
 
+def gaussian_likelihood(likelihood: Any, noise_variance: Any, why: str) -> Any:
+    """
+    The Gaussian likelihood of a model built with GPflow's ``likelihood=``/``noise_variance=``
+    pair: ``likelihood`` itself, or a new ``gpflow.likelihoods.Gaussian`` with
+    ``noise_variance`` (1.0 when neither is given). Both at once, or a likelihood that is not
+    Gaussian (``why`` says why the model needs one), is refused.
+    """
+    from gpflow.likelihoods import Gaussian
+
+    if likelihood is None:
+        return Gaussian(1.0 if noise_variance is None else noise_variance)
+    if noise_variance is not None:
+        raise ValueError("Pass either `likelihood` or `noise_variance`, not both.")
+    if not isinstance(likelihood, Gaussian):
+        raise TypeError(
+            f"`likelihood` must be a gpflow.likelihoods.Gaussian ({why}), got "
+            f"{type(likelihood).__name__}."
+        )
+    return likelihood
+
+
 def check_noise_variance(value: Any, name: str = "noise_variance") -> None:
     """
     ``None`` or finite and above GPflow's lower bound of a Gaussian likelihood's variance

@@ -28,6 +28,7 @@ from ..validation import (
     checked_inputs,
     checks_arguments,
     explain_cholesky_failure,
+    gaussian_likelihood,
 )
 from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 from .power_ep_regression import block_assignment, cluster_blocks, read_only
@@ -184,15 +185,9 @@ class BCM(ConstructorOnly, InfiniteLossOnCholeskyFailure, GPModel, InternalDataT
                 f"`combination` must be one of {COMBINATIONS} (the BCM, the robust BCM, the "
                 f"product of experts, the generalised PoE), got {combination!r}."
             )
-        if likelihood is None:
-            likelihood = Gaussian(1.0 if noise_variance is None else noise_variance)
-        elif noise_variance is not None:
-            raise ValueError("Pass either `likelihood` or `noise_variance`, not both.")
-        elif not isinstance(likelihood, Gaussian):
-            raise TypeError(
-                "`likelihood` must be a gpflow.likelihoods.Gaussian: the experts are exact GP "
-                f"regressions; got {type(likelihood).__name__}."
-            )
+        likelihood = gaussian_likelihood(
+            likelihood, noise_variance, "the experts are exact GP regressions"
+        )
         if isinstance(partition, int | np.integer) and not isinstance(partition, bool):
             parts = split_rows(X, int(partition), split, seed)
         elif isinstance(partition, Sequence | np.ndarray) and not isinstance(partition, str):

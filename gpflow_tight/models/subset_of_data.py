@@ -23,6 +23,7 @@ from ..validation import (
     checked_batch,
     checked_inputs,
     checks_arguments,
+    gaussian_likelihood,
 )
 from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 
@@ -196,13 +197,7 @@ class SoD(ConstructorOnly, InfiniteLossOnCholeskyFailure, GPR):
         X, Y = check_regression_data(data)
         check_noise_variance(noise_variance)
         check_kernel(kernel, X.shape[1])
-        if likelihood is not None and noise_variance is not None:
-            raise ValueError("Pass either `likelihood` or `noise_variance`, not both.")
-        if likelihood is not None and not isinstance(likelihood, Gaussian):
-            raise TypeError(
-                "`likelihood` must be a gpflow.likelihoods.Gaussian (SoD is exact GP "
-                f"regression), got {type(likelihood).__name__}."
-            )
+        likelihood = gaussian_likelihood(likelihood, noise_variance, "SoD is exact GP regression")
         num_data = X.shape[0]
         if selection not in SELECTIONS:
             raise ValueError(
@@ -217,7 +212,7 @@ class SoD(ConstructorOnly, InfiniteLossOnCholeskyFailure, GPR):
             tf.Variable(X[:size], trainable=False, name="active_X"),
             tf.Variable(Y[:size], trainable=False, name="active_Y"),
         )
-        super().__init__(active, kernel, mean_function, noise_variance, likelihood)
+        super().__init__(active, kernel, mean_function, likelihood=likelihood)
         self.full_data = data_input_to_tensor((X, Y))
         self.selection = selection
         self.active_set_size = size
