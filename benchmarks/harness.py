@@ -43,9 +43,10 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 STUDIES = [
     "cost", "snelson", "table1", "power_ep_cost", "power_ep_regression",
-    "power_ep_classification", "vnngp_cost", "vnngp_uci", "gplvm_cost", "gplvm_oil_flow",
-    "solve_cost", "solve_uci", "gpflow_notebooks", "float32", "tight_sgpr_cost", "step_flops",
-    "tsvgp_bound", "trieste_loop",
+    "power_ep_classification", "vnngp_cost", "vnngp_structured_cost", "vnngp_uci", "gplvm_cost",
+    "gplvm_oil_flow", "solve_cost", "solve_uci", "gpflow_notebooks", "float32", "tight_sgpr_cost",
+    "step_flops", "tsvgp_bound", "trieste_loop", "classic_cost", "convolved_cost",
+    "decoupled_cost",
 ]  # fmt: skip
 
 

@@ -246,14 +246,23 @@ def orthogonal_projections(
     "return[1]: [L, M, M]",
 )
 def whiten_variational_parameters(
-    L: tf.Tensor | None, q_mu: tf.Tensor, q_sqrt: tf.Tensor, whiten: bool
-) -> tuple[tf.Tensor, tf.Tensor]:
+    L: tf.Tensor | None, q_mu: tf.Tensor, q_sqrt: tf.Tensor | None, whiten: bool
+) -> tuple[tf.Tensor, tf.Tensor | None]:
     """
     :math:`q = \\mathcal N(\\mathbf m, S)` with :math:`S = RR^\\top` (``q_sqrt`` is [L, M, M]
     lower-triangular or [M, L] diagonal) in whitened coordinates :math:`\\tilde{\\mathbf u} =
     L^{-1}\\mathbf u`: :math:`(L^{-1}\\mathbf m, L^{-1}R)`, or unchanged if ``whiten``. The KL to
     the prior is the same in both coordinates.
+
+    ``q_sqrt=None`` means :math:`S = LL^\\top`, the prior's covariance (ODVGP's orthogonal set,
+    Fernlund 2022, eq. 5.8): its whitened square root is the identity, returned as ``None``.
     """
+    if q_sqrt is None:
+        if whiten:
+            return q_mu, None
+        if L is None:
+            raise ValueError("Non-whitened means need the prior's Cholesky factor L.")
+        return tf.linalg.triangular_solve(L, q_mu, lower=True), None
     if q_sqrt.shape.ndims == 2:
         q_sqrt = tf.linalg.diag(tf.transpose(q_sqrt))
     else:
@@ -278,7 +287,7 @@ def whiten_variational_parameters(
     "q_mu_u: [M_u, L]",
     "q_sqrt_u: [L_or_1, M_u, M_u]",
     "q_mu_v: [M_v, L]",
-    "q_sqrt_v: [L_or_1, M_v, M_v]",
+    "q_sqrt_v: [L_or_1, M_v, M_v] if q_sqrt_v is not None",
     "return[0]: [N, L]",
     "return[1]: [L_or_1, N, N] if full_cov",
     "return[1]: [N, L_or_1] if not full_cov",
@@ -292,7 +301,7 @@ def decoupled_marginals(
     q_mu_u: tf.Tensor,
     q_sqrt_u: tf.Tensor,
     q_mu_v: tf.Tensor,
-    q_sqrt_v: tf.Tensor,
+    q_sqrt_v: tf.Tensor | None,
     full_cov: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """
@@ -307,13 +316,17 @@ def decoupled_marginals(
     would count it twice).
 
     ``q_sqrt_u`` and ``q_sqrt_v`` may be any square roots :math:`R` of :math:`\\tilde S = RR^\\top`,
-    triangular or not.
+    triangular or not. ``q_sqrt_v=None`` is :math:`\\tilde S_v = I`, i.e. :math:`S_v = C_{vv}`
+    (ODVGP, Fernlund 2022, eqs. 5.7-5.9): :math:`h` then carries
+    :math:`\\mathbf a_v^\\top\\mathbf a_v`, which cancels in the sum with :math:`l`, so that the
+    predictive covariance is eq. 5.56's, without :math:`v`-terms.
     """
     mean = tf.linalg.matmul(a_u, q_mu_u, transpose_a=True) + tf.linalg.matmul(
         a_v, q_mu_v, transpose_a=True
     )
     Rt_a_u = tf.linalg.matmul(q_sqrt_u, a_u, transpose_a=True)  # [L, M_u, N]
-    Rt_a_v = tf.linalg.matmul(q_sqrt_v, a_v, transpose_a=True)  # [L, M_v, N]
+    # S̃_v = I (ODVGP): R_vᵀ a_v is a_v, without the O(N M_v²) product
+    Rt_a_v = a_v[None] if q_sqrt_v is None else tf.linalg.matmul(q_sqrt_v, a_v, transpose_a=True)
     if full_cov:
         q_covariance = tf.linalg.matmul(Rt_a_u, Rt_a_u, transpose_a=True) + tf.linalg.matmul(
             Rt_a_v, Rt_a_v, transpose_a=True

@@ -54,6 +54,7 @@ from .validation import (
 __all__ = [
     "OrthogonalPosterior",
     "CollapsedOrthogonalPosterior",
+    "CollapsedOrthogonalMeanPosterior",
     "PowerEPPosterior",
     "SoRPosterior",
     "NystromPosterior",
@@ -70,7 +71,8 @@ __all__ = [
 
 
 # whitened q(u) and q(v⊥): (m̃_u [M_u, L], R_u [L or 1, M_u, M_u], m̃_v, R_v), S̃ = R Rᵀ
-WhitenedQ = tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]
+# (R_v is None for ODVGP's S_v = C_vv: the whitened identity)
+WhitenedQ = tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor | None]
 
 
 @tf.autograph.experimental.do_not_convert
@@ -83,7 +85,8 @@ def whitened_block_q(
     """
     ``(m̃_u, R_u, m̃_v, R_v)``: the columns of ``q = (q_mu, q_sqrt, q_mu_orthogonal,
     q_sqrt_orthogonal)`` that belong to ``block``, in whitened coordinates (``factors`` may be
-    ``None`` if ``whiten``).
+    ``None`` if ``whiten``). ``q_sqrt_orthogonal=None`` is ODVGP's :math:`S_v = C_{vv}`
+    (Fernlund 2022, eq. 5.8), whose whitened square root ``R_v`` is the identity, kept as ``None``.
     """
     q_mu, q_sqrt, q_mu_v, q_sqrt_v = q
     L_u, L_v = (None, None) if factors is None else (factors.L_u, factors.L_v)
@@ -102,9 +105,8 @@ def whitened_block_q(
     m_u, R_u = whiten_variational_parameters(
         L_u, columns(q_mu, 1), columns(q_sqrt, latent_axis(q_sqrt)), whiten
     )
-    m_v, R_v = whiten_variational_parameters(
-        L_v, columns(q_mu_v, 1), columns(q_sqrt_v, latent_axis(q_sqrt_v)), whiten
-    )
+    sqrt_v = None if q_sqrt_v is None else columns(q_sqrt_v, latent_axis(q_sqrt_v))
+    m_v, R_v = whiten_variational_parameters(L_v, columns(q_mu_v, 1), sqrt_v, whiten)
     return m_u, R_u, m_v, R_v
 
 
@@ -210,7 +212,9 @@ class OrthogonalPosterior(FusedFromCache):
     :class:`~gpflow_tight.OrthogonalInducingVariables`, which holds the regular set, or
     ``SeparateIndependentInducingVariables`` of them), ``q_mu``/``q_sqrt`` belong to the regular
     set and ``q_mu_orthogonal``/``q_sqrt_orthogonal`` to the orthogonal one. A
-    ``LinearCoregionalization`` kernel mixes the latent GPs by ``W``.
+    ``LinearCoregionalization`` kernel mixes the latent GPs by ``W``. ``q_sqrt_orthogonal=None``
+    is ODVGP's posterior (Salimbeni et al. 2018; Fernlund 2022, eqs. 5.7-5.9): :math:`S_v =
+    C_{vv}`, so :math:`\\mathbf v_\\perp` moves the mean only.
 
     No :func:`gpflow.posteriors.get_posterior_class` registration: a (kernel,
     ``OrthogonalInducingVariables``) pair does not identify this posterior, which needs both
@@ -246,13 +250,21 @@ class OrthogonalPosterior(FusedFromCache):
         q = (self.q_mu, self.q_sqrt, self.q_mu_orthogonal, self.q_sqrt_orthogonal)
         return whitened_block_q(block, factors, q, self.whiten)
 
+    def has_orthogonal_covariance(self) -> bool:
+        """Whether :math:`q(\\mathbf v_\\perp)` has a covariance of its own (not ODVGP's)."""
+        return self.q_sqrt_orthogonal is not None
+
     @tf.autograph.experimental.do_not_convert
     def fresh_cache(self) -> tuple[tf.Tensor, ...]:
-        """Each block's factors and whitened :math:`q`, from the current parameters."""
+        """
+        Each block's factors and whitened :math:`q`, from the current parameters (without
+        :math:`R_v` when :math:`\\tilde S_v = I`).
+        """
         values = []
         for block in self.blocks:
             factors = orthogonal_factors(block.inducing_variable, block.kernel)
-            values.extend([*factors, *self.whitened_q(block, factors)])
+            q = self.whitened_q(block, factors)
+            values.extend([*factors, *(q if self.has_orthogonal_covariance() else q[:3])])
         return tuple(values)
 
     def _precompute(self) -> tuple[PrecomputedValue, ...]:
@@ -264,8 +276,11 @@ class OrthogonalPosterior(FusedFromCache):
     ) -> list[tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
         """Per block: the mean, the covariance carried by q and the prior residual."""
         results = []
+        size = 7 if self.has_orthogonal_covariance() else 6
         for index, block in enumerate(self.blocks):
-            L_u, D_v, L_v, m_u, R_u, m_v, R_v = cache[7 * index : 7 * index + 7]
+            values = cache[size * index : size * (index + 1)]
+            L_u, D_v, L_v, m_u, R_u, m_v = values[:6]
+            R_v = values[6] if size == 7 else None
             factors = OrthogonalFactors(L_u, D_v, L_v)
             a_u, a_v = orthogonal_projections(block.inducing_variable, block.kernel, factors, Xnew)
             prior = block.kernel(Xnew, full_cov=full_cov)
@@ -341,6 +356,10 @@ class CollapsedOrthogonalPosterior(OrthogonalPosterior):
         if precompute_cache is not None:
             self.update_cache(precompute_cache)
 
+    def has_orthogonal_covariance(self) -> bool:
+        """SOLVE-GP's optimal :math:`q(\\mathbf v_\\perp)` has its own covariance (eq. 5.26)."""
+        return True
+
     def whitened_q(self, block: LatentBlock, factors: OrthogonalFactors) -> WhitenedQ:
         """The optimal :math:`q` in whitened coordinates."""
         return optimal_whitened_q(
@@ -351,6 +370,25 @@ class CollapsedOrthogonalPosterior(OrthogonalPosterior):
             self.mean_function,
             factors,
         )
+
+
+class CollapsedOrthogonalMeanPosterior(CollapsedOrthogonalPosterior):
+    """
+    The posterior of ODGPR, collapsed regression with ODVGP's family (Fernlund 2022, §5.3-5.4):
+    the optimal :math:`\\mathbf m_u, S_u, \\mathbf m_v` of eq. 5.26 (those of
+    :class:`CollapsedOrthogonalPosterior`) and :math:`S_v = C_{vv}` fixed, so that the mean is
+    SGPR's on :math:`Z_u \\cup Z_v` (eq. 5.55) and the covariance eq. 5.56's, without
+    :math:`v`-terms. Same constructor and caches as :class:`CollapsedOrthogonalPosterior`.
+    """
+
+    def has_orthogonal_covariance(self) -> bool:
+        """ODVGP's :math:`S_v = C_{vv}`: no covariance of its own."""
+        return False
+
+    def whitened_q(self, block: LatentBlock, factors: OrthogonalFactors) -> WhitenedQ:
+        """The optimal :math:`q`, whitened, with :math:`\\tilde S_v = I` (``None``)."""
+        m_u, R_u, m_v, _ = super().whitened_q(block, factors)
+        return m_u, R_u, m_v, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -746,15 +784,33 @@ class VNNGPPosterior(FusedFromCache):
     ``num_neighbors`` and ``prediction_batch_size`` are read-only: they decide the shapes of the
     computation, which compiled functions would keep. Build a new posterior to change them.
 
+    **Nearest-neighbour q** (``VNNGP(q="nearest_neighbor")``, the paper's Appendix B): with
+    ``q_sqrt_offdiag`` and ``prior_neighbors`` given, :math:`q(\\mathbf u) = \\mathcal N(\\mathbf
+    m, \\tilde L\\tilde L^\\top)` per latent GP, with a sparse lower-triangular factor
+    :math:`\\tilde L` whose row j holds ``q_sqrt[j]`` on the diagonal and
+    ``q_sqrt_offdiag[j, k]`` in column ``prior_neighbors[j, k]`` (entries where it is -1 are
+    padding, ignored). The variance of eq. 25 becomes :math:`c_* + \\mathbf a_*^\\top
+    S_{n(*)n(*)}\\mathbf a_* = c_* + \\|\\sum_l a_{*l}\\tilde L_{n(*)_l,:}\\|^2`
+    (:meth:`factor_quadratic_form`, :math:`O(K^2)` per test input), and ``full_cov`` gives
+    :math:`(A\\tilde L)(A\\tilde L)^\\top + \\mathrm{diag}(\\mathbf c)`. The cache then holds
+    :math:`Z`, :math:`\\mathbf m - \\mu(Z)`, the diagonal, the (masked) off-diagonal entries
+    and the column table.
+
     :param inducing_variable: ``InducingPoints`` with the inducing inputs [M, D].
     :param num_neighbors: K, the nearest inducing inputs per test input, 1 ≤ K ≤ M.
     :param prediction_batch_size: rows of ``Xnew`` per chunk.
+    :param q_sqrt_offdiag: the off-diagonal entries [M, K', L] of the factor (nearest-neighbour
+        q only).
+    :param prior_neighbors: their columns, integer rows [M, K'] of Z padded with -1 (the
+        model's prior neighbour table; nearest-neighbour q only).
     """
 
     @check_shapes(
         "inducing_variable: [M, D, broadcast P]",
         "q_mu: [M, L]",
         "q_sqrt: [M, L]",
+        "q_sqrt_offdiag: [M, K_prior, L]",
+        "prior_neighbors: [M, K_prior]",
     )
     def __init__(
         self,
@@ -767,11 +823,20 @@ class VNNGPPosterior(FusedFromCache):
         num_neighbors: int,
         precompute_cache: PrecomputeCacheType | None,
         prediction_batch_size: int = 10_000,
+        q_sqrt_offdiag: Any = None,
+        prior_neighbors: Any = None,
     ) -> None:
         super().__init__(kernel, inducing_variable, mean_function=mean_function)
         self.inducing_variable = inducing_variable
         self.q_mu = q_mu
         self.q_sqrt = q_sqrt
+        if (q_sqrt_offdiag is None) != (prior_neighbors is None):
+            raise ValueError(
+                "`q_sqrt_offdiag` and `prior_neighbors` go together (the off-diagonal entries of "
+                "a nearest-neighbour q and their columns): pass both or neither."
+            )
+        self.q_sqrt_offdiag = q_sqrt_offdiag
+        self.prior_neighbors = prior_neighbors
         num_inducing = inducing_variable.Z.shape[0]
         for name, value, maximum in (
             ("num_neighbors", num_neighbors, num_inducing),
@@ -845,18 +910,68 @@ class VNNGPPosterior(FusedFromCache):
         a = tf.linalg.cholesky_solve(L, k_nx[..., None])[..., 0]
         return a, tf.maximum(k_xx - tf.reduce_sum(k_nx * a, axis=-1), 0.0)
 
+    @staticmethod
+    @check_shapes(
+        "rows: [B, R]",
+        "weights: [B, R]",
+        "diagonal: [B, R, L]",
+        "off_diagonal: [B, R, K, L]",
+        "columns: [B, R, K]",
+        "return: [B, L]",
+    )
+    def factor_quadratic_form(
+        rows: Any, weights: Any, diagonal: Any, off_diagonal: Any, columns: Any
+    ) -> tf.Tensor:
+        """
+        :math:`\\mathbf w^\\top S_{\\mathbf r\\mathbf r}\\mathbf w = \\|\\sum_r w_r
+        \\tilde L_{r,:}\\|^2` for each batch row and latent GP, where :math:`S = \\tilde
+        L\\tilde L^\\top` and the rows :math:`\\tilde L_{r,:}` of the sparse factor of a
+        nearest-neighbour q are given by their ``diagonal`` entries (column r) and
+        ``off_diagonal`` entries (columns ``columns``, -1 for padding). The :math:`R(K+1)`
+        scaled entries of a batch row are summed by column (one ``tf.unique`` over the batch),
+        so the cost is :math:`O(RK)` per row, with no M-sized array.
+        """
+        mask = columns >= 0
+        rows = tf.cast(rows, tf.int64)
+        columns = tf.where(mask, tf.cast(columns, tf.int64), rows[..., None])
+        columns = tf.concat([rows[..., None], columns], axis=-1)  # [B, R, K + 1]
+        off_diagonal = off_diagonal * tf.cast(mask, off_diagonal.dtype)[..., None]
+        values = tf.concat([diagonal[:, :, None, :], off_diagonal], axis=2)  # [B, R, K + 1, L]
+        values = values * weights[:, :, None, None]
+        span = tf.maximum(tf.reduce_max(columns), 0) + 1  # (an empty batch has no maximum)
+        num_rows = tf.shape(columns, out_type=tf.int64)[0]
+        keys = tf.range(num_rows)[:, None, None] * span + columns  # (batch row, column) pairs
+        unique, segments = tf.unique(tf.reshape(keys, [-1]))
+        flat = tf.reshape(values, [-1, tf.shape(values)[-1]])
+        sums = tf.math.unsorted_segment_sum(flat, segments, tf.shape(unique)[0])
+        return tf.math.unsorted_segment_sum(tf.square(sums), unique // span, num_rows)
+
+    @property
+    def structured(self) -> bool:
+        """Whether q(u) has the sparse nearest-neighbour factor (else it is mean-field)."""
+        return self.q_sqrt_offdiag is not None
+
     @check_shapes(
         "return[0]: [M, D]",
         "return[1]: [M, L]",
         "return[2]: [M, L]",
     )
-    def _live_values(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """:math:`Z`, :math:`\\mathbf m - \\mu(Z)` and :math:`\\mathbf s` from the parameters."""
+    def _live_values(self) -> tuple[tf.Tensor, ...]:
+        """
+        :math:`Z`, :math:`\\mathbf m - \\mu(Z)` and :math:`\\mathbf s` from the parameters; for a
+        nearest-neighbour q, the factor's diagonal, its masked off-diagonal entries and their
+        columns instead of :math:`\\mathbf s`.
+        """
         Z = tf.convert_to_tensor(self.inducing_variable.Z)
         residual = tf.convert_to_tensor(self.q_mu)
         if self.mean_function is not None:
             residual = residual - self.mean_function(Z)
-        return Z, residual, tf.square(tf.convert_to_tensor(self.q_sqrt))
+        if not self.structured:
+            return Z, residual, tf.square(tf.convert_to_tensor(self.q_sqrt))
+        table = tf.convert_to_tensor(self.prior_neighbors)
+        off_diagonal = tf.convert_to_tensor(self.q_sqrt_offdiag)
+        off_diagonal = off_diagonal * tf.cast(table >= 0, off_diagonal.dtype)[..., None]
+        return Z, residual, tf.convert_to_tensor(self.q_sqrt), off_diagonal, table
 
     @check_shapes(
         "return[0]: [M, D]",
@@ -864,7 +979,8 @@ class VNNGPPosterior(FusedFromCache):
         "return[2]: [M, L]",
     )
     def _precompute(self) -> tuple[PrecomputedValue, ...]:
-        return tuple(PrecomputedValue(v, (False, False)) for v in self._live_values())
+        axes = [(False, False), (False, False), (False, False), (False, False, False), (False,) * 2]
+        return tuple(PrecomputedValue(v, a) for v, a in zip(self._live_values(), axes))
 
     @inherit_check_shapes
     def _conditional_with_precompute(
@@ -874,14 +990,27 @@ class VNNGPPosterior(FusedFromCache):
         full_cov: bool = False,
         full_output_cov: bool = False,
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        Z, residual, variances = cache
-        return self._marginals(Z, residual, variances, Xnew, full_cov, full_output_cov)
+        Z, residual, *covariance = cache
+        return self._marginals(Z, residual, covariance, Xnew, full_cov, full_output_cov)
+
+    def _spread(self, covariance: list, neighbors: tf.Tensor, a: tf.Tensor) -> tf.Tensor:
+        """:math:`\\mathbf a^\\top S_{nn}\\mathbf a` [B, L] for neighbour rows [B, K]."""
+        if len(covariance) == 1:  # mean-field: the variances s
+            return tf.einsum("bk,bkl->bl", tf.square(a), tf.gather(covariance[0], neighbors))
+        diagonal, off_diagonal, table = covariance
+        return self.factor_quadratic_form(
+            neighbors,
+            a,
+            tf.gather(diagonal, neighbors),
+            tf.gather(off_diagonal, neighbors),
+            tf.gather(table, neighbors),
+        )
 
     def _marginals(
         self,
         Z: tf.Tensor,
         residual: tf.Tensor,
-        variances: tf.Tensor,
+        covariance: list,
         Xnew: Any,
         full_cov: bool,
         full_output_cov: bool,
@@ -889,7 +1018,8 @@ class VNNGPPosterior(FusedFromCache):
         """
         Eq. 25 at each row of ``Xnew``, without the mean function: [N, L] each, in chunks; or
         the joint of :meth:`_joint` for ``full_cov``. The latent GPs are independent
-        (``full_output_cov`` gives diagonal output covariances).
+        (``full_output_cov`` gives diagonal output covariances). ``covariance`` is ``[s]``
+        (mean-field) or ``[diagonal, off-diagonal entries, columns]`` of the factor.
         """
         Xnew = tf.cast(Xnew, Z.dtype)
         if Xnew.shape.rank != 2 or Xnew.shape[-1] not in (None, Z.shape[-1]):
@@ -898,31 +1028,49 @@ class VNNGPPosterior(FusedFromCache):
                 f"shape {tuple(Xnew.shape)}."
             )
         if full_cov:
-            mean, covariance = self._joint(Z, residual, variances, Xnew)
+            mean, joint = self._joint(Z, residual, covariance, Xnew)
         else:
-            mean, covariance = self._chunked_marginals(Z, residual, variances, Xnew)
-        return mean, expand_independent_outputs(covariance, full_cov, full_output_cov)
+            mean, joint = self._chunked_marginals(Z, residual, covariance, Xnew)
+        return mean, expand_independent_outputs(joint, full_cov, full_output_cov)
 
     def _joint(
-        self, Z: tf.Tensor, residual: tf.Tensor, variances: tf.Tensor, Xnew: tf.Tensor
+        self, Z: tf.Tensor, residual: tf.Tensor, covariance: list, Xnew: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """
         Mean [N, L] and joint covariance [L, N, N] of the test values: each is conditioned on
         its own neighbours' inducing variables, and the conditionals are independent given
         them (eq. 25 at several inputs), so :math:`\\mathrm{Cov} = A S A^\\top +
         \\mathrm{diag}(\\mathbf c)` with the sparse rows :math:`\\mathbf a_*` of :math:`A`
-        [N, M] and :math:`S = \\mathrm{diag}(\\mathbf s)`. :math:`O(N^2 M)`.
+        [N, M] and :math:`S = \\mathrm{diag}(\\mathbf s)`; for a nearest-neighbour q,
+        :math:`(A\\tilde L)(A\\tilde L)^\\top + \\mathrm{diag}(\\mathbf c)`, with :math:`A\\tilde
+        L` [N, M] scattered from the rows of the factor. :math:`O(N^2 M)`.
         """
         neighbors = graph_nearest_neighbors(Z, Xnew, self._num_neighbors)
         a, c = self.conditional_on_neighbors(self.kernel, Z, Xnew, neighbors)
         rows = tf.broadcast_to(tf.range(tf.shape(neighbors)[0])[:, None], tf.shape(neighbors))
         shape = tf.stack([tf.shape(Xnew)[0], tf.shape(Z)[0]])
         A = tf.scatter_nd(tf.stack([rows, tf.cast(neighbors, rows.dtype)], axis=-1), a, shape)
-        covariance = tf.einsum("nm,ml,km->lnk", A, variances, A) + tf.linalg.diag(c)
-        return tf.linalg.matmul(A, residual), covariance
+        if len(covariance) == 1:
+            joint = tf.einsum("nm,ml,km->lnk", A, covariance[0], A)
+        else:  # A L̃ = Σ_r a_r L̃_{r,:} per test value (scatter_nd sums repeated columns)
+            diagonal, off_diagonal, table = covariance
+            columns = tf.gather(table, neighbors)  # [N, K, K']
+            columns = tf.where(columns >= 0, columns, tf.cast(neighbors, columns.dtype)[..., None])
+            columns = tf.concat([tf.cast(neighbors, columns.dtype)[..., None], columns], axis=-1)
+            values = tf.concat(
+                [tf.gather(diagonal, neighbors)[:, :, None, :], tf.gather(off_diagonal, neighbors)],
+                axis=2,
+            )  # [N, K, K' + 1, L] (padding entries are zero)
+            values = values * a[:, :, None, None]
+            rows = tf.broadcast_to(rows[:, :, None], tf.shape(columns))
+            indices = tf.stack([rows, tf.cast(columns, rows.dtype)], axis=-1)
+            shape = tf.concat([shape, tf.shape(values)[-1:]], axis=0)
+            AL = tf.scatter_nd(indices, values, shape)  # [N, M, L]
+            joint = tf.einsum("nml,kml->lnk", AL, AL)
+        return tf.linalg.matmul(A, residual), joint + tf.linalg.diag(c)
 
     def _chunked_marginals(
-        self, Z: tf.Tensor, residual: tf.Tensor, variances: tf.Tensor, Xnew: tf.Tensor
+        self, Z: tf.Tensor, residual: tf.Tensor, covariance: list, Xnew: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """Eq. 25 at each row of ``Xnew``, ``prediction_batch_size`` rows at a time."""
         chunk = self._prediction_batch_size
@@ -935,8 +1083,7 @@ class VNNGPPosterior(FusedFromCache):
             neighbors = graph_nearest_neighbors(Z, X, self._num_neighbors)
             a, c = self.conditional_on_neighbors(self.kernel, Z, X, neighbors)
             mean = tf.einsum("bk,bkl->bl", a, tf.gather(residual, neighbors))
-            spread = tf.einsum("bk,bkl->bl", tf.square(a), tf.gather(variances, neighbors))
-            variance = c[:, None] + spread
+            variance = c[:, None] + self._spread(covariance, neighbors, a)
             return index + 1, means.write(index, mean), covariances.write(index, variance)
 
         def outputs() -> tf.TensorArray:

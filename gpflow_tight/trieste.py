@@ -119,6 +119,8 @@ class _UnionOfInducingSets:
         block = self._block(self.model)
         self._union_points.assign(self._union(block))
         m_u, R_u, m_v, R_v = self._whitened_q(block)
+        if R_v is None:  # ODVGP / ODGPR: S_v = C_vv, the whitened identity
+            R_v = tf.eye(tf.shape(m_v)[0], dtype=m_v.dtype)[None]
         return self._union_points, tf.concat([m_u, m_v], axis=0), _block_diagonal(R_u, R_v), True
 
 

@@ -10,7 +10,7 @@ from .classic import Nystrom, SoR
 from .committee import BCM
 from .gplvm import TVBGPLVM, MinibatchBayesianGPLVM, TightBayesianGPLVM
 from .power_ep import DTC, FITC, PITC, VFE, PowerEPSGP
-from .solve import SOLVEGP, SOLVEGPR, TightSOLVEGP, TightSOLVEGPR
+from .solve import ODGPR, ODVGP, SOLVEGP, SOLVEGPR, TightSOLVEGP, TightSOLVEGPR
 from .subset_of_data import SoD
 from .tight_sgpr import RelaxedSGPR, TightSGPR
 from .tight_svgp import RelaxedSVGP, TightSVGP
@@ -38,4 +38,6 @@ __all__ = [
     "TightSOLVEGPR",
     "SOLVEGP",
     "TightSOLVEGP",
+    "ODGPR",
+    "ODVGP",
 ]

@@ -1,7 +1,9 @@
 """
 Orthogonally decoupled sparse GPs (SOLVE-GP; Shi, Titsias & Mnih 2020; Fernlund 2022, ch. 5):
 the collapsed :class:`SOLVEGPR` and the uncollapsed :class:`SOLVEGP`, with their tighter
-presets (Bui, Ashman & Turner 2025, §4 and eq. 14).
+presets (Bui, Ashman & Turner 2025, §4 and eq. 14), and the orthogonally decoupled models whose
+orthogonal set carries a mean only (ODVGP; Salimbeni et al. 2018; Fernlund 2022, eqs. 5.7-5.9),
+:class:`ODGPR` and :class:`ODVGP`, thin variants of the two.
 
 The variational family is :math:`q(\\mathbf u)\\,q(\\mathbf v_\\perp)` with
 :math:`\\mathbf v_\\perp` the orthogonal inducing variables of
@@ -31,6 +33,7 @@ from ..orthogonal import (
     orthogonal_sets,
 )
 from ..posteriors import (
+    CollapsedOrthogonalMeanPosterior,
     CollapsedOrthogonalPosterior,
     OrthogonalPosterior,
     optimal_whitened_q,
@@ -42,9 +45,7 @@ from ..validation import explain_cholesky_failure
 from .tight_sgpr import RelaxedSGPR
 from .tight_svgp import RelaxedSVGP
 
-__all__ = ["SOLVEGPR", "TightSOLVEGPR", "SOLVEGP", "TightSOLVEGP"]
-
-BOUNDS = ("solve", "thesis")
+__all__ = ["SOLVEGPR", "TightSOLVEGPR", "SOLVEGP", "TightSOLVEGP", "ODGPR", "ODVGP"]
 
 
 def _half_logdet(cholesky_factor: tf.Tensor) -> tf.Tensor:
@@ -67,14 +68,8 @@ def orthogonal_variational_parameters(
     GP (:math:`\\mathcal N(\\mathbf 0, I)` would start thousands of nats of KL away from the
     prior where :math:`C_{vv}` is small).
     """
-    num_orthogonal = int(blocks[0].inducing_variable.num_inducing)
-    shape_mu = (num_orthogonal, num_latent_gps)
-    if q_mu is None:
-        q_mu = np.zeros(shape_mu)
-    if np.shape(q_mu) != shape_mu:
-        raise ValueError(
-            f"`q_mu_orthogonal` must have shape {shape_mu} ([M_v, L]), got {np.shape(q_mu)}."
-        )
+    q_mu = orthogonal_mean_parameter(blocks, num_latent_gps, q_mu)
+    num_orthogonal, shape_mu = q_mu.shape[0], tuple(q_mu.shape)
     # TFP's FillTriangular cannot hold a 0 x 0 matrix: an empty set keeps the diagonal form
     q_diag = q_diag or num_orthogonal == 0
     if q_diag:
@@ -92,9 +87,23 @@ def orthogonal_variational_parameters(
             f"`q_sqrt_orthogonal` must have shape {shape_sqrt}, got {np.shape(q_sqrt)}."
         )
     return (
-        Parameter(q_mu, dtype=default_float()),
+        q_mu,
         Parameter(q_sqrt, transform=positive() if q_diag else triangular(), dtype=default_float()),
     )
+
+
+def orthogonal_mean_parameter(
+    blocks: list[LatentBlock], num_latent_gps: int, q_mu: Any = None
+) -> Parameter:
+    """``q_mu_orthogonal`` [M_v, L], the mean of :math:`q(\\mathbf v_\\perp)`, checked."""
+    shape_mu = (int(blocks[0].inducing_variable.num_inducing), num_latent_gps)
+    if q_mu is None:
+        q_mu = np.zeros(shape_mu)
+    if np.shape(q_mu) != shape_mu:
+        raise ValueError(
+            f"`q_mu_orthogonal` must have shape {shape_mu} ([M_v, L]), got {np.shape(q_mu)}."
+        )
+    return Parameter(q_mu, dtype=default_float())
 
 
 def _prior_sqrt_orthogonal(
@@ -114,14 +123,18 @@ def decoupled_prior_kl(blocks: list[LatentBlock], q: tuple[Any, ...], whiten: bo
     """
     :math:`\\mathrm{KL}[q(\\mathbf u)\\|p(\\mathbf u)] + \\mathrm{KL}[q(\\mathbf v_\\perp)\\|
     p(\\mathbf v_\\perp)]` (Fernlund's eq. 5.24), both in whitened coordinates where the priors
-    are standard normal; ``q = (q_mu, q_sqrt, q_mu_orthogonal, q_sqrt_orthogonal)``.
+    are standard normal; ``q = (q_mu, q_sqrt, q_mu_orthogonal, q_sqrt_orthogonal)``. With
+    ``q_sqrt_orthogonal=None`` (ODVGP, :math:`S_v = C_{vv}`) the second KL is
+    :math:`\\tfrac12 \\mathbf m_v^\\top C_{vv}^{-1}\\mathbf m_v = \\tfrac12\\|\\tilde{\\mathbf
+    m}_v\\|^2` (eq. 5.24 at :math:`S_v = C_{vv}`).
     """
     kl = tf.constant(0.0, dtype=default_float())
     with explain_cholesky_failure():
         for block in blocks:
             factors = None if whiten else orthogonal_factors(block.inducing_variable, block.kernel)
             m_u, R_u, m_v, R_v = whitened_block_q(block, factors, q, whiten)
-            kl += gauss_kl(m_u, R_u) + gauss_kl(m_v, R_v)
+            kl += gauss_kl(m_u, R_u)
+            kl += 0.5 * tf.reduce_sum(tf.square(m_v)) if R_v is None else gauss_kl(m_v, R_v)
     return kl
 
 
@@ -158,6 +171,8 @@ class SOLVEGPR(RelaxedSGPR):
     """
 
     _constructor_only = (*RelaxedSGPR._constructor_only, "bound")
+    # the training objectives: the exact collapsed bound of the model's family first
+    _bounds: tuple[str, ...] = ("solve", "thesis")
 
     def __init__(
         self,
@@ -169,8 +184,9 @@ class SOLVEGPR(RelaxedSGPR):
         bound: str = "solve",
         **kwargs: Any,
     ) -> None:
-        if bound not in BOUNDS:
-            raise ValueError(f"`bound` must be 'solve' or 'thesis', got {bound!r}.")
+        if bound not in self._bounds:
+            choices = " or ".join(repr(choice) for choice in self._bounds)
+            raise ValueError(f"`bound` must be {choices}, got {bound!r}.")
         if isinstance(kernel, MultioutputKernel):
             raise TypeError(
                 "SOLVEGPR, like SGPR, takes a single-output kernel (shared by the output "
@@ -211,7 +227,10 @@ class SOLVEGPR(RelaxedSGPR):
 
     @inherit_check_shapes
     def logdet_term(self, common: Any) -> tf.Tensor:
-        """The relaxed SGPR term on :math:`Z_u \\cup Z_v`, minus :math:`P\\Delta` for "solve"."""
+        """
+        The relaxed SGPR term on :math:`Z_u \\cup Z_v`, minus :math:`P` times
+        :meth:`decoupling_gap` for the exact bound ("solve").
+        """
         logdet = super().logdet_term(common)
         if self.bound == "thesis":
             return logdet
@@ -220,7 +239,7 @@ class SOLVEGPR(RelaxedSGPR):
 
     @check_shapes("return: []")
     def decoupling_kl(self) -> tf.Tensor:
-        """:math:`P\\,\\Delta`: how much looser the ``"solve"`` bound is than ``"thesis"``."""
+        """:math:`P\\,\\Delta`: how much looser the exact bound is than ``"thesis"``."""
         output_dim = to_default_float(tf.shape(self.data[1])[1])
         with explain_cholesky_failure():
             return output_dim * self.decoupling_gap(self.common_terms())
@@ -247,7 +266,7 @@ class SOLVEGPR(RelaxedSGPR):
             factors = orthogonal_factors(self.orthogonal_inducing_variable, self.kernel)
             m_u, R_u, m_v, R_v = self.whitened_optimal_q(factors)
         LR_u = tf.linalg.matmul(factors.L_u, R_u[0])
-        LR_v = tf.linalg.matmul(factors.L_v, R_v[0])
+        LR_v = factors.L_v if R_v is None else tf.linalg.matmul(factors.L_v, R_v[0])
         return (
             tf.linalg.matmul(factors.L_u, m_u),
             tf.linalg.matmul(LR_u, LR_u, transpose_b=True),
@@ -334,6 +353,9 @@ class SOLVEGP(RelaxedSVGP):
     (``SeparateIndependentInducingVariables``).
     """
 
+    # False: q(v⊥) has a mean only, S_v = C_vv (ODVGP); q_sqrt_orthogonal is then None
+    _orthogonal_covariance = True
+
     def __init__(
         self,
         kernel: Kernel,
@@ -349,14 +371,21 @@ class SOLVEGP(RelaxedSVGP):
         self.orthogonal_inducing_variable = orthogonal_sets(
             kernel, self.inducing_variable, orthogonal_inducing_variable
         )
-        self.q_mu_orthogonal, self.q_sqrt_orthogonal = orthogonal_variational_parameters(
-            self.latent_blocks(),
-            self.num_latent_gps,
-            q_mu_orthogonal,
-            q_sqrt_orthogonal,
-            q_diag=len(self.q_sqrt.shape) == 2,
-            whiten=self.whiten,
-        )
+        self.q_sqrt_orthogonal: Parameter | None
+        if self._orthogonal_covariance:
+            self.q_mu_orthogonal, self.q_sqrt_orthogonal = orthogonal_variational_parameters(
+                self.latent_blocks(),
+                self.num_latent_gps,
+                q_mu_orthogonal,
+                q_sqrt_orthogonal,
+                q_diag=len(self.q_sqrt.shape) == 2,
+                whiten=self.whiten,
+            )
+        else:
+            self.q_mu_orthogonal = orthogonal_mean_parameter(
+                self.latent_blocks(), self.num_latent_gps, q_mu_orthogonal
+            )
+            self.q_sqrt_orthogonal = None
         check_orthogonal_sets(self.latent_blocks())
 
     def _latent_structure(self) -> tuple[bool, bool]:
@@ -427,3 +456,137 @@ class TightSOLVEGP(SOLVEGP):
     """
 
     _default_relaxation = "beta"
+
+
+class ODGPR(SOLVEGPR):
+    """
+    ODGPR: collapsed regression with the orthogonally decoupled family of Salimbeni et al.
+    (2018), ODVGP's :math:`q(\\mathbf u)\\,q(\\mathbf v_\\perp)` with :math:`S_v \\equiv C_{vv}`
+    fixed (Fernlund 2022, eqs. 5.7-5.8 and §5.3-5.4), at its optimal :math:`\\mathbf m_u, S_u,
+    \\mathbf m_v` (eq. 5.26, the same as SOLVE-GP's). :class:`SOLVEGPR`'s constructor, with
+    ``bound``:
+
+    * ``"od"`` (default): the exact collapsed ODVGP bound, the uncollapsed ODVGP ELBO at that
+      optimum,
+
+      .. math::
+          \\mathcal L_{\\rm OD} = \\mathcal L_{\\rm thesis}
+              - \\tfrac12\\big(\\mathrm{tr}(A_v A_v^\\top) - \\log|Q|\\big)
+          \\le \\mathcal L_{\\rm SOLVE},
+
+      with :math:`A_v = \\sigma^{-1} L_v^{-1} C_{vf}` and :math:`Q = B_v - B_{uv}^\\top B_u^{-1}
+      B_{uv}` (eq. 5.37, 5.40; ``docs/solve.md``): the KL from :math:`q` with :math:`S_v = C_{vv}`
+      to the exact posterior of the whitened inducing variables, in place of SOLVEGPR's
+      :math:`\\Delta`.
+    * ``"thesis"``: Fernlund's eq. 5.33, which the thesis says ODGPR and SOLVE-GPR share: SGPR on
+      :math:`Z_u \\cup Z_v` exactly. The thesis's Fig. 6.1 was trained on it; the predictive
+      variance then does not come from the :math:`q` that attains the bound.
+
+    Predictions: the mean of SGPR on the union (eq. 5.55) and eq. 5.56's variance, in which the
+    orthogonal set has no term (it moves the mean only), through
+    :class:`~gpflow_tight.posteriors.CollapsedOrthogonalMeanPosterior`. :meth:`compute_qv` gives
+    :math:`(\\mathbf m_v, C_{vv})`. ``relaxation`` is :class:`~gpflow_tight.models.RelaxedSGPR`'s
+    (default ``"none"``), with :math:`d_n` the residual given both sets.
+    """
+
+    _bounds = ("od", "thesis")
+
+    def __init__(
+        self,
+        data: RegressionData,
+        kernel: Kernel,
+        inducing_variable: Any,
+        orthogonal_inducing_variable: Any = None,
+        *,
+        bound: str = "od",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            data, kernel, inducing_variable, orthogonal_inducing_variable, bound=bound, **kwargs
+        )
+
+    @inherit_check_shapes
+    def decoupling_gap(self, common: Any) -> tf.Tensor:
+        """
+        :math:`\\tfrac12 \\mathrm{tr}(A_v A_v^\\top) - \\sum_i \\log (L_Q)_{ii}`: the KL from
+        ODVGP's :math:`q` (optimal means and :math:`S_u`, :math:`\\tilde S_v = I`) to the
+        posterior :math:`\\mathcal N(B^{-1}A\\mathbf y/\\sigma, B^{-1})` of the whitened inducing
+        variables (``docs/solve.md``).
+        """
+        num_regular = self.inducing_variable.num_inducing
+        trace = tf.linalg.trace(common.AAT[num_regular:, num_regular:])
+        return 0.5 * trace - _half_logdet(common.LB[num_regular:, num_regular:])
+
+    def whitened_optimal_q(self, factors: OrthogonalFactors) -> tuple[tf.Tensor, ...]:
+        """
+        Eq. 5.26's means and :math:`\\tilde S_u = B_u^{-1}` in whitened coordinates, as
+        ``(m̃_u, R_u, m̃_v, None)``: :math:`\\tilde S_v = I` (:math:`S_v = C_{vv}`).
+        """
+        m_u, R_u, m_v, _ = super().whitened_optimal_q(factors)
+        return m_u, R_u, m_v, None
+
+    def default_posterior(
+        self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
+    ) -> CollapsedOrthogonalMeanPosterior:
+        """ODGPR's posterior: eq. 5.55's mean, eq. 5.56's variance."""
+        return CollapsedOrthogonalMeanPosterior(
+            self.kernel,
+            self.data,
+            self.orthogonal_inducing_variable,
+            self.likelihood,
+            mean_function=self.mean_function,
+            precompute_cache=precompute_cache,
+        )
+
+
+class ODVGP(SOLVEGP):
+    """
+    The orthogonally decoupled variational GP (ODVGP; Salimbeni, Cheng, Boots & Deisenroth 2018;
+    Fernlund 2022, eqs. 5.7-5.9): :class:`SOLVEGP` with the covariance of
+    :math:`q(\\mathbf v_\\perp)` fixed to the prior's, :math:`S_v \\equiv C_{vv}`, so that the
+    orthogonal set moves the predictive mean only,
+
+    .. math::
+        \\mathcal L = \\sum_n \\mathbb E_{q(f_n)} \\log p(y_n \\mid f_n)
+            - \\mathrm{KL}[q(\\mathbf u) \\| p(\\mathbf u)]
+            - \\tfrac12 \\mathbf m_v^\\top C_{vv}^{-1} \\mathbf m_v,
+
+    with :math:`q(f_n) = \\mathcal N(\\mu_n, s_n + d_n)`: the mean from both sets and the
+    variance of eq. 5.9 (SVGP's on :math:`Z_u`, eq. 5.56 in the collapsed case), :math:`k_{nn} -
+    \\mathbf k_{un}^\\top K_{uu}^{-1}(K_{uu} - S_u)K_{uu}^{-1}\\mathbf k_{un}`.
+
+    The constructor is :class:`SOLVEGP`'s without ``q_sqrt_orthogonal`` (refused with a
+    ``TypeError``): ``q_mu_orthogonal`` [M_v, L] is :math:`\\mathbf m_v`, or
+    :math:`L_v^{-1}\\mathbf m_v` with ``whiten`` (the default). Any likelihood, minibatches, the
+    multi-output settings, ``relaxation``/``beta`` (with :math:`d_n` the residual given both
+    sets) and ``q_diag`` (for :math:`q(\\mathbf u)`) as SOLVEGP. ``q_sqrt_orthogonal`` is
+    ``None``; :meth:`posterior` is :class:`~gpflow_tight.posteriors.OrthogonalPosterior` with it.
+    """
+
+    _orthogonal_covariance = False
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        likelihood: Any,
+        inducing_variable: Any,
+        orthogonal_inducing_variable: Any = None,
+        *,
+        q_mu_orthogonal: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs.get("q_sqrt_orthogonal") is not None:
+            raise TypeError(
+                "ODVGP takes no `q_sqrt_orthogonal`: its orthogonal inducing variables carry a "
+                "mean only, with the covariance fixed to C_vv (Fernlund 2022, eq. 5.8). Use "
+                "SOLVEGP to learn that covariance."
+            )
+        kwargs.pop("q_sqrt_orthogonal", None)
+        super().__init__(
+            kernel,
+            likelihood,
+            inducing_variable,
+            orthogonal_inducing_variable,
+            q_mu_orthogonal=q_mu_orthogonal,
+            **kwargs,
+        )

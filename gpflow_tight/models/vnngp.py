@@ -41,6 +41,8 @@ from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 
 __all__ = ["VNNGP", "VNNGPPosterior"]
 
+Q_FAMILIES = ("mean_field", "nearest_neighbor")  # VNNGP's variational families of q(u)
+
 
 def _checked_batch(model: "VNNGP", data: Any, allow_empty: bool = False) -> tuple[Any, ...]:
     """
@@ -120,13 +122,27 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
       to :math:`F_j`, so the prior is exactly the Vecchia approximation of
       :math:`K_{ZZ} + \\epsilon I`.
 
-    With ``num_neighbors = M - 1`` the KL is the full SVGP KL for a diagonal q(u); with also
-    ``num_neighbors_predict = M`` the model equals ``gpflow.models.SVGP(q_diag=True,
-    whiten=False)``. If the inducing inputs move, call :meth:`update_neighbors` (and recompute
+    - ``q="nearest_neighbor"`` (the paper's Appendix B, with the spec's errata) replaces the
+      mean-field q by :math:`q(\\mathbf u) = \\mathcal N(\\mathbf m, \\tilde L\\tilde L^\\top)` with
+      a sparse lower-triangular factor on the prior's pattern: row j of :math:`\\tilde L` holds
+      ``q_sqrt[j]`` (positive) on the diagonal and ``q_sqrt_offdiag[j, k]`` in column
+      ``prior_neighbors[j, k]`` (k < K; -1 marks padding, whose entries are ignored). The ELBO
+      still factorises over data and inducing points: :math:`q(f_i)` has variance
+      :math:`c_i + \\mathbf a_i^\\top S_{n(i)n(i)}\\mathbf a_i` and the KL is
+      :math:`\\tfrac12\\sum_j[\\log F_j - \\log\\tilde L_{jj}^2 - 1 + (\\mathbf w_j^\\top
+      S_{[j][j]}\\mathbf w_j + (\\mathbf w_j^\\top(\\mathbf m - \\boldsymbol\\mu)_{[j]})^2)/F_j]`
+      with :math:`[j] = \\{j\\} \\cup n(j)` and :math:`\\mathbf w_j = (1, -\\mathbf b_j)`. Each
+      quadratic form :math:`\\|\\sum_r w_r\\tilde L_{r,:}\\|^2` gathers K + 1 rows of the factor,
+      so a step still costs :math:`O((B + B_u)K^3)` and touches only the rows it uses.
+
+    With ``num_neighbors = M - 1`` the KL is the full SVGP KL for a diagonal q(u) (for a full
+    one with ``q="nearest_neighbor"``); with also ``num_neighbors_predict = M`` the model equals
+    ``gpflow.models.SVGP(q_diag=True, whiten=False)`` (``q_diag=False`` with the factor's
+    Cholesky form). If the inducing inputs move, call :meth:`update_neighbors` (and recompute
     the data neighbours).
 
     ``num_neighbors``, ``num_neighbors_predict``, ``inducing_batch_size``,
-    ``prediction_batch_size``, ``num_data`` and ``ordering`` are fixed at construction:
+    ``prediction_batch_size``, ``num_data``, ``ordering`` and ``q`` are fixed at construction:
     compiled functions would keep the values they were traced with, so assigning them raises
     an ``AttributeError`` (and the ``ordering`` array is read-only); build a new model instead.
     Every batch a loss sees and every ``Xnew`` is checked first (:mod:`gpflow_tight.validation`:
@@ -142,7 +158,10 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
     :param num_neighbors: K, 1 ≤ K ≤ M - 1.
     :param ordering: ``"random"`` (the paper; a permutation drawn with ``seed``) or ``"given"``.
     :param q_mu: initial means [M, L] (default 0); ``q_sqrt``: standard deviations [M, L]
-        (default 1).
+        (default 1), the diagonal of the factor for ``q="nearest_neighbor"``.
+    :param q: ``"mean_field"`` (the paper's eq. 10) or ``"nearest_neighbor"`` (Appendix B).
+    :param q_sqrt_offdiag: initial off-diagonal entries [M, K, L] of the factor, in the columns
+        of :attr:`prior_neighbors` (default 0: the mean-field q); ``q="nearest_neighbor"`` only.
     """
 
     _constructor_only = (
@@ -152,6 +171,7 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         "prediction_batch_size",
         "num_data",
         "ordering",
+        "q",
     )
 
     def __init__(
@@ -171,8 +191,20 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         prediction_batch_size: int = 10_000,
         ordering: str = "random",
         seed: int = 0,
+        q: str = "mean_field",
+        q_sqrt_offdiag: np.ndarray | None = None,
     ) -> None:
         check_num_data(num_data)
+        if not isinstance(q, str) or q not in Q_FAMILIES:
+            raise ValueError(
+                f"`q` must be one of {', '.join(map(repr, Q_FAMILIES))} (the variational family "
+                f"of q(u)), got {q!r}."
+            )
+        if q_sqrt_offdiag is not None and q != "nearest_neighbor":
+            raise ValueError(
+                "`q_sqrt_offdiag` (the off-diagonal entries of q(u)'s factor) needs "
+                "`q='nearest_neighbor'`; a mean-field q has none."
+            )
         super().__init__(kernel, likelihood, mean_function, num_latent_gps)
         if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
             Z = inducing_variable.Z.numpy()
@@ -208,6 +240,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             raise ValueError(f"`ordering` must be 'random' or 'given', got {ordering!r}.")
         order.setflags(write=False)  # fixed at construction, also in place
         self.ordering = order
+        self.q = q
+        self.q_sqrt_offdiag: Any = None  # set below for q="nearest_neighbor"
         # One int64 table, padded with -1 (no boolean mask variable: GPflow's print_summary
         # rounds every variable's value, which numpy refuses for booleans).
         self._prior_table = tf.Variable(
@@ -231,12 +265,39 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             raise ValueError("`q_mu` must be finite and `q_sqrt` finite and strictly positive.")
         self.q_mu = Parameter(q_mu, dtype=default_float())
         self.q_sqrt = Parameter(q_sqrt, transform=positive())
+        if q == "nearest_neighbor":
+            shape_off = (num_inducing, self.num_neighbors, num_latent_gps)
+            if q_sqrt_offdiag is None:
+                q_sqrt_offdiag = np.zeros(shape_off)
+            q_sqrt_offdiag = np.array(q_sqrt_offdiag, dtype=float)
+            if q_sqrt_offdiag.shape != shape_off:
+                raise ValueError(
+                    f"`q_sqrt_offdiag` must have shape [M, K, L] = {list(shape_off)}, got "
+                    f"{q_sqrt_offdiag.shape}."
+                )
+            if not np.all(np.isfinite(q_sqrt_offdiag)):
+                raise ValueError("`q_sqrt_offdiag` must be finite.")
+            q_sqrt_offdiag[self._prior_table.numpy() < 0] = 0.0  # padding: no column
+            self.q_sqrt_offdiag = Parameter(q_sqrt_offdiag, dtype=default_float())
 
     # ---------------------------------------------------------------------------------------
     # neighbours
 
+    @property
+    def prior_neighbors(self) -> np.ndarray:
+        """
+        The prior neighbour table [M, K]: row j holds the rows of Z in :math:`n(j)` (the nearest
+        among those earlier in the ordering), padded with -1; for ``q="nearest_neighbor"`` also
+        the columns of ``q_sqrt_offdiag[j]`` in the factor of q(u).
+        """
+        return np.asarray(tf.convert_to_tensor(self._prior_table))
+
     def update_neighbors(self) -> None:
-        """Recompute the prior neighbour table :math:`n(j)` from the current inducing inputs."""
+        """
+        Recompute the prior neighbour table :math:`n(j)` from the current inducing inputs. For
+        ``q="nearest_neighbor"`` an off-diagonal entry of q(u)'s factor keeps its value where its
+        column is still a neighbour of its row, and is set to 0 where it is not.
+        """
         if not isinstance(self._prior_table, tf.Variable):
             raise TypeError(
                 "update_neighbors() needs a model whose neighbour table is a variable; this "
@@ -248,6 +309,17 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         index, mask = sequential_nearest_neighbors(Z[self.ordering], self.num_neighbors)
         table = np.empty_like(index)
         table[self.ordering] = np.where(mask, self.ordering[index], -1)  # positions to rows of Z
+        if isinstance(self.q_sqrt_offdiag, Parameter):
+            old_table = self._prior_table.numpy()
+            values = self.q_sqrt_offdiag.numpy()
+            moved = np.zeros_like(values)
+            for start in range(0, len(table), 4096):  # O(chunk K^2) memory
+                rows = slice(start, start + 4096)
+                same = (table[rows, :, None] == old_table[rows, None, :]) & (
+                    table[rows, :, None] >= 0
+                )
+                moved[rows] = np.einsum("mkc,mcl->mkl", same, values[rows])
+            self.q_sqrt_offdiag.assign(moved)
         self._prior_table.assign(table)
         self._sorted_rows.assign(lexicographic_order(Z))
 
@@ -292,7 +364,37 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         else:  # a constant (`gpflow.utilities.freeze`) or a parameter without a transform
             std = tf.gather(tf.convert_to_tensor(q_sqrt), flat)
         shape = tf.concat([tf.shape(indices), [-1]], axis=0)
+        if self.q_sqrt_offdiag is not None:  # the variances S_jj = ‖L̃_{j,:}‖²
+            _, off_diagonal, columns = self._factor_rows(flat)
+            off_diagonal = off_diagonal * tf.cast(columns >= 0, std.dtype)[..., None]
+            variances = tf.square(std) + tf.reduce_sum(tf.square(off_diagonal), axis=-2)
+            return tf.reshape(residual, shape), tf.reshape(variances, shape)
         return tf.reshape(residual, shape), tf.reshape(tf.square(std), shape)
+
+    def _factor_rows(self, indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """
+        Rows ``indices`` (any shape) of q(u)'s factor for ``q="nearest_neighbor"``: the
+        diagonal [..., L], the off-diagonal entries [..., K, L] and their columns [..., K] (-1
+        for padding). Only these rows are gathered and transformed.
+        """
+        q_sqrt = self.q_sqrt
+        if isinstance(q_sqrt, Parameter) and q_sqrt.transform is not None:
+            diagonal = q_sqrt.transform.forward(tf.gather(q_sqrt.unconstrained_variable, indices))
+        else:
+            diagonal = tf.gather(tf.convert_to_tensor(q_sqrt), indices)
+        off = self.q_sqrt_offdiag
+        if isinstance(off, Parameter) and off.transform is not None:
+            off_diagonal = off.transform.forward(tf.gather(off.unconstrained_variable, indices))
+        elif isinstance(off, Parameter):
+            off_diagonal = tf.gather(off.unconstrained_variable, indices)
+        else:
+            off_diagonal = tf.gather(tf.convert_to_tensor(off), indices)
+        return diagonal, off_diagonal, tf.gather(self._prior_table, indices)
+
+    def _factor_quadratic_form(self, rows: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+        """:math:`\\mathbf w^\\top S_{\\mathbf r\\mathbf r}\\mathbf w` [B, L] for rows [B, R]."""
+        diagonal, off_diagonal, columns = self._factor_rows(rows)
+        return VNNGPPosterior.factor_quadratic_form(rows, weights, diagonal, off_diagonal, columns)
 
     def _q_g(self, X: tf.Tensor, neighbors: tf.Tensor) -> MeanAndVariance:
         """
@@ -316,7 +418,10 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             a, c = VNNGPPosterior.conditional_on_neighbors(self.kernel, Z, X, neighbors)
             residual, variances = self._q_rows(neighbors)  # [B, K, L]
             mean = tf.einsum("bk,bkl->bl", a, residual)
-            var = c[:, None] + tf.einsum("bk,bkl->bl", tf.square(a), variances)
+            if self.q_sqrt_offdiag is None:
+                var = c[:, None] + tf.einsum("bk,bkl->bl", tf.square(a), variances)
+            else:  # a_iᵀ S_{n(i)n(i)} a_i with the factor's rows
+                var = c[:, None] + self._factor_quadratic_form(neighbors, a)
             # rows equal to any of their neighbours (neighbour rows in any order)
             equal = tf.reduce_all(tf.equal(X[:, None, :], tf.gather(Z, neighbors)), axis=-1)
             column = tf.argmax(tf.cast(equal, tf.int32), axis=1, output_type=tf.int32)
@@ -376,6 +481,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         )
         F = F + default_jitter()  # Vecchia conditional of K_ZZ + εI
         b = b * tf.cast(mask, b.dtype)
+        if self.q_sqrt_offdiag is not None:
+            return self._factor_kl_terms(indices, neighbors, b, F)
         neighbor_residual, neighbor_variances = self._q_rows(neighbors)  # [B_u, K, L]
         residual, s_j = self._q_rows(indices)  # [B_u, L]
         predicted = tf.einsum("bk,bkl->bl", b, neighbor_residual)
@@ -383,6 +490,35 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         quadratic = s_j + spread + tf.square(residual - predicted)
         terms = tf.math.log(F)[:, None] - tf.math.log(s_j) - 1 + quadratic / F[:, None]
         return 0.5 * tf.reduce_sum(terms)
+
+    def _factor_kl_terms(
+        self, indices: tf.Tensor, neighbors: tf.Tensor, b: tf.Tensor, F: tf.Tensor
+    ) -> tf.Tensor:
+        """
+        The KL terms of ``q="nearest_neighbor"`` (Appendix B, eqs. 33-40 as corrected in the
+        spec): with :math:`\\boldsymbol\\ell_j = F_j^{-1/2}\\mathbf w_j` the non-zeros of row j of
+        the prior precision's factor on :math:`[j] = \\{j\\} \\cup n(j)`,
+        :math:`\\tfrac12[\\log F_j - \\log\\tilde L_{jj}^2 - 1 + \\boldsymbol\\ell_j^\\top
+        S_{[j][j]}\\boldsymbol\\ell_j + (\\boldsymbol\\ell_j^\\top(\\mathbf m -
+        \\boldsymbol\\mu)_{[j]})^2]`, the cross terms of :math:`S` included.
+        """
+        indices = tf.cast(indices, neighbors.dtype)
+        rows = tf.concat([indices[:, None], neighbors], axis=1)  # [B_u, K + 1]
+        weights = tf.concat([tf.ones_like(b[:, :1]), -b], axis=1)  # w_j = (1, -b_j)
+        residual = self._q_residual(rows)  # [B_u, K + 1, L]
+        innovation = tf.einsum("bk,bkl->bl", weights, residual)
+        diagonal, _, _ = self._factor_rows(indices)
+        quadratic = self._factor_quadratic_form(rows, weights) + tf.square(innovation)
+        terms = tf.math.log(F)[:, None] - tf.math.log(tf.square(diagonal)) - 1
+        return 0.5 * tf.reduce_sum(terms + quadratic / F[:, None])
+
+    def _q_residual(self, indices: tf.Tensor) -> tf.Tensor:
+        """:math:`m_j - \\mu(\\mathbf z_j)` for the inducing points ``indices`` (any shape)."""
+        flat = tf.reshape(indices, [-1])
+        residual = tf.gather(self.q_mu, flat) - self.mean_function(
+            tf.gather(self.inducing_variable.Z, flat)
+        )
+        return tf.reshape(residual, tf.concat([tf.shape(indices), [-1]], axis=0))
 
     def prior_kl(self) -> tf.Tensor:
         """The full KL, :math:`O(M K^3)`."""
@@ -443,6 +579,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             num_neighbors=self.num_neighbors_predict,
             precompute_cache=precompute_cache,
             prediction_batch_size=self.prediction_batch_size,
+            q_sqrt_offdiag=self.q_sqrt_offdiag,
+            prior_neighbors=None if self.q_sqrt_offdiag is None else self._prior_table,
         )
 
     @inherit_check_shapes

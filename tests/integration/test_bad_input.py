@@ -27,7 +27,6 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
-from check_shapes import ShapeCheckingState, get_enable_check_shapes, set_enable_check_shapes
 
 import gpflow_tight as gt
 from gpflow_tight import validation
@@ -38,19 +37,6 @@ pytestmark = [
     # the Nyström GP's variances are negative at some of these test inputs (see test_classic.py)
     pytest.mark.filterwarnings("ignore::gpflow_tight.posteriors.NegativeVarianceWarning"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def enable_shape_checks():
-    """
-    Shape checks as a user has them, GPflow's default (eager code only; tests/conftest.py turns
-    them on everywhere): what a user sees from a compiled function, at a quarter of the cost
-    of tracing it with every shape check.
-    """
-    old = get_enable_check_shapes()
-    set_enable_check_shapes(ShapeCheckingState.EAGER_MODE_ONLY)
-    yield
-    set_enable_check_shapes(old)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -201,6 +187,7 @@ SPECS = {
     "TightSOLVEGPR": Spec(
         _solve_gpr(gt.TightSOLVEGPR), True, peer="union", variance="noise_variance"
     ),
+    "ODGPR": Spec(_solve_gpr(gt.ODGPR), True, peer="union", variance="noise_variance"),
     "PowerEPSGP": Spec(_held(gt.PowerEPSGP, alpha=0.5), True, variance="noise_variance"),
     "FITC": Spec(_held(gt.FITC), True, peer="fitc", variance="noise_variance"),
     "VFE": Spec(_held(gt.VFE), True, peer="sgpr", variance="noise_variance"),
@@ -218,6 +205,7 @@ SPECS = {
     "RelaxedSVGP": Spec(_uncollapsed(RelaxedSVGP, relaxation="optimal"), False, peer="prior"),
     "SOLVEGP": Spec(_uncollapsed(gt.SOLVEGP, Z_V), False, peer="prior"),
     "TightSOLVEGP": Spec(_uncollapsed(gt.TightSOLVEGP, Z_V), False, peer="prior", variance="beta"),
+    "ODVGP": Spec(_uncollapsed(gt.ODVGP, Z_V), False, peer="prior"),
     "VNNGP": Spec(_vnngp, False, variance="q_sqrt"),
     "MinibatchBayesianGPLVM": Spec(
         _minibatch_gplvm,
@@ -576,6 +564,7 @@ CLASSIFIERS = {
     "RelaxedSVGP": _bernoulli(RelaxedSVGP, num_data=N, relaxation="beta"),
     "SOLVEGP": _bernoulli(gt.SOLVEGP, Z_V, num_data=N),
     "TightSOLVEGP": _bernoulli(gt.TightSOLVEGP, Z_V, num_data=N),
+    "ODVGP": _bernoulli(gt.ODVGP, Z_V, num_data=N),
     "VNNGP": lambda: gt.VNNGP(
         gpflow.kernels.SquaredExponential(lengthscales=0.3),
         gpflow.likelihoods.Bernoulli(),
