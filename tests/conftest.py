@@ -1,6 +1,11 @@
 """
-Test habits copied from GPflow: shape checks forced on, fixed seeds. Also: a test fails when
-AutoGraph silently falls back to running a function as plain Python (``tests/autograph_check.py``).
+Test habits: fixed seeds, float64 and GPflow's default jitter; shape checks as users have them
+(GPflow's default: eager code only), and traced into compiled functions too in the tests marked
+``graph_shape_checks`` (every model's compiled training step, in ``tests/test_every_model.py``).
+GPflow's own tests force them on everywhere; tracing every test with every check costs most of
+the suite's CPU time again, for annotations the eager calls of the same functions check.
+Also: a test fails when AutoGraph silently falls back to running a function as plain Python
+(``tests/autograph_check.py``).
 """
 
 import os
@@ -17,10 +22,19 @@ from tests.autograph_check import catch_autograph_fallbacks, failure_message  # 
 pytest_plugins = ["pytester"]  # tests/test_conftest.py runs a deliberate failure in a sandbox
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "graph_shape_checks: trace the shape checks into compiled functions too"
+    )
+
+
 @pytest.fixture(autouse=True)
-def enable_shape_checks():
+def shape_checks(request):
     old = get_enable_check_shapes()
-    set_enable_check_shapes(ShapeCheckingState.ENABLED)
+    in_graphs = request.node.get_closest_marker("graph_shape_checks") is not None
+    set_enable_check_shapes(
+        ShapeCheckingState.ENABLED if in_graphs else ShapeCheckingState.EAGER_MODE_ONLY
+    )
     yield
     set_enable_check_shapes(old)
 

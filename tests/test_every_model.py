@@ -13,7 +13,7 @@ import tensorflow as tf
 from gpflow.keras import tf_keras
 
 import gpflow_tight
-from tests.model_zoo import COVERED_BY, MODEL_FACTORIES
+from tests.model_zoo import CLASS_TWINS, COVERED_BY, MODEL_FACTORIES
 
 
 def test_every_exported_model_is_in_the_zoo():
@@ -25,6 +25,17 @@ def test_every_exported_model_is_in_the_zoo():
     }
     missing = exported - set(MODEL_FACTORIES) - set(COVERED_BY)
     assert not missing, f"add a factory for {sorted(missing)} to tests/model_zoo.py"
+
+
+@pytest.mark.parametrize("name, twin", CLASS_TWINS.items())
+def test_class_twins_differ_by_the_default_relaxation_only(name, twin):
+    """What lets the Keras and tf.distribute tests take one model of each pair."""
+    model, _ = MODEL_FACTORIES[name](np.random.default_rng(0))
+    twin_model, _ = MODEL_FACTORIES[twin](np.random.default_rng(0))
+    assert type(twin_model).__bases__ == (type(model),)
+    bookkeeping = {"__module__", "__qualname__", "__doc__", "__abstractmethods__", "_abc_impl"}
+    own = set(vars(type(twin_model))) - bookkeeping
+    assert own == {"_default_relaxation"}
 
 
 def _loss_closure(model, data):
@@ -127,9 +138,14 @@ def _loss_and_gradients(model, data):
 HOST_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 
 
+@pytest.mark.graph_shape_checks
 @pytest.mark.parametrize("name", sorted(MODEL_FACTORIES))
 def test_a_training_step_has_no_host_round_trip(name):
-    """The compiled step (and every function it calls) runs on the device: no Python callbacks."""
+    """
+    The compiled step (and every function it calls) runs on the device: no Python callbacks.
+    It is traced with every shape check on (the other tests check shapes as users do, in eager
+    calls only: tests/conftest.py).
+    """
     model, data = MODEL_FACTORIES[name](np.random.default_rng(0))
     step = tf.function(lambda: _loss_and_gradients(model, data))
     graph = step.get_concrete_function().graph.as_graph_def()

@@ -63,7 +63,6 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
-from check_shapes import disable_check_shapes
 from gpflow.keras import tf_keras
 
 import gpflow_tight as gt
@@ -180,17 +179,14 @@ def train(name: str, dtype: type, seed: int) -> tuple[Any, Evaluated]:
     X, Y, X_test, Z_u, Z_v = problem(seed)
     with gpflow.config.as_context(gpflow.config.Config(float=dtype, jitter=JITTER)):
         model, data = build(name, *(a.astype(dtype) for a in (X, Y, Z_u, Z_v)))
-        # shape checks are traced into the compiled loss, where they triple the tracing time of
-        # these short runs; the shapes are checked in each model's own tests and below
-        with disable_check_shapes():
-            if data is None:
-                gpflow.optimizers.Scipy().minimize(
-                    model.training_loss,
-                    model.trainable_variables,
-                    options=dict(maxiter=LBFGS_ITERATIONS),
-                )
-            else:
-                adam_steps(model, data)
+        if data is None:
+            gpflow.optimizers.Scipy().minimize(
+                model.training_loss,
+                model.trainable_variables,
+                options=dict(maxiter=LBFGS_ITERATIONS),
+            )
+        else:
+            adam_steps(model, data)
         return model, evaluate(model, data, X_test)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from check_shapes import ShapeCheckingState, set_enable_check_shapes
 
 from gpflow_tight.serving import export_predictions
-from tests.model_zoo import MODEL_FACTORIES
+from tests.model_zoo import MODEL_FACTORIES, prediction_inputs
 
 LOAD_WITHOUT_GPFLOW = """
 import pathlib, sys, numpy as np, tensorflow as tf
@@ -35,12 +35,7 @@ def test_exported_predictions_load_without_gpflow(tmp_path):
     expected = {}
     for name, make in sorted(MODEL_FACTORIES.items()):
         model, _ = make(np.random.default_rng(5))
-        latent = name in ("TightBayesianGPLVM", "MinibatchBayesianGPLVM")
-        rng = np.random.default_rng(6)
-        Xnew = rng.uniform(0, 6, (7, 2 if latent else 1))
-        Ynew = rng.standard_normal((7, 3 if latent else 1))
-        if name == "PowerEPSGP-sites":
-            Ynew = (Ynew > 0).astype(float)
+        Xnew, Ynew = prediction_inputs(name, np.random.default_rng(6))
         export_predictions(model, str(tmp_path / name), input_dim=Xnew.shape[1])
         np.savez(tmp_path / f"{name}.npz", X=Xnew, Y=Ynew)
         expected[name] = (

@@ -14,7 +14,6 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
-from check_shapes import ShapeCheckingState, get_enable_check_shapes, set_enable_check_shapes
 from gpflow.posteriors import PrecomputeCacheType
 
 import gpflow_tight
@@ -28,19 +27,6 @@ MODELS = {"SoR": SoR, "Nystrom": Nystrom}
 # Nyström variances are negative at most test inputs of these small 2-D problems (6 inducing
 # inputs for 40 points): the tests that are about the warning record it themselves
 pytestmark = pytest.mark.filterwarnings("ignore::gpflow_tight.NegativeVarianceWarning")
-
-
-@pytest.fixture
-def users_shape_checks():
-    """
-    Shape checks as users have them, GPflow's default (eager code only): tracing with every
-    shape check, as tests/conftest.py sets, costs several times more (tests/integration/
-    test_bad_input.py does the same). For the test that compiles.
-    """
-    old = get_enable_check_shapes()
-    set_enable_check_shapes(ShapeCheckingState.EAGER_MODE_ONLY)
-    yield
-    set_enable_check_shapes(old)
 
 
 def make_problem(rng, num_data=40, num_inducing=6, num_outputs=1):
@@ -267,7 +253,7 @@ def test_every_prediction_goes_through_the_posterior(rng, name):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_compiled_predictions_equal_eager(rng, name, users_shape_checks):
+def test_compiled_predictions_equal_eager(rng, name):
     X, Y, Z = make_problem(rng)
     Xnew = rng.uniform(-4, 4, (5, 2))
     model = MODELS[name]((X, Y), kernel(), Z, noise_variance=NOISE)
