@@ -51,20 +51,6 @@ def problem(key, num_data):
     return rng, X, Y, Xnew
 
 
-def prediction_function(model, Xnew):
-    """A compiled ``predict_f`` at ``Xnew``, blocking until the mean and variance are fetched."""
-    import tensorflow as tf
-
-    predict = tf.function(model.predict_f)
-    Xnew = tf.constant(Xnew)
-
-    def call():
-        mean, var = predict(Xnew)
-        return float(mean.numpy().sum() + var.numpy().sum())
-
-    return call
-
-
 def run(key, args):
     import warnings
 
@@ -106,17 +92,7 @@ def run(key, args):
             models[f"BCM {rule}"] = gt.BCM(
                 (X, Y), kernel(), partition=experts, noise_variance=noise, combination=rule
             )
-    steps = {name: harness.step_function(model) for name, model in models.items()}
-    predictions = {name: prediction_function(model, Xnew) for name, model in models.items()}
-    losses = {name: fn() for name, fn in steps.items()}  # traces and compiles: one untimed call
-    for fn in predictions.values():
-        fn()
-    return dict(
-        step=harness.interleaved(steps, key["rounds"], warmup=1),
-        predict=harness.interleaved(predictions, key["rounds"], warmup=1),
-        losses=losses,
-        selection=selection,
-    )
+    return {**harness.steps_and_predictions(models, Xnew, key["rounds"]), "selection": selection}
 
 
 def render(report, records, missing, args):

@@ -60,20 +60,6 @@ def blocks_of(X, block_size):
     return per_output, small
 
 
-def prediction_function(model, Xnew):
-    """A compiled ``predict_f`` at ``Xnew``, blocking until the mean and variance are fetched."""
-    import tensorflow as tf
-
-    predict = tf.function(model.predict_f)
-    Xnew = tf.constant(Xnew)
-
-    def call():
-        mean, var = predict(Xnew)
-        return float(mean.numpy().sum() + var.numpy().sum())
-
-    return call
-
-
 def run(key, args):
     import gpflow
 
@@ -108,17 +94,10 @@ def run(key, args):
         "FITC": gt.FITC((X, Y), kernel(), inducing(), noise_variance=noise),
         "DTC": gt.DTC((X, Y), kernel(), inducing(), noise_variance=noise),
     }
-    steps = {name: harness.step_function(model) for name, model in models.items()}
-    predictions = {name: prediction_function(model, Xnew) for name, model in models.items()}
-    losses = {name: fn() for name, fn in steps.items()}  # traces and compiles: one untimed call
-    for fn in predictions.values():
-        fn()
-    return dict(
-        step=harness.interleaved(steps, key["rounds"], warmup=1),
-        predict=harness.interleaved(predictions, key["rounds"], warmup=1),
-        losses=losses,
-        blocks=dict(outputs=len(per_output), small=len(small)),
-    )
+    return {
+        **harness.steps_and_predictions(models, Xnew, key["rounds"]),
+        "blocks": dict(outputs=len(per_output), small=len(small)),
+    }
 
 
 def exponent(sizes, times):

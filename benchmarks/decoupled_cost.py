@@ -7,6 +7,7 @@ union) on the full data, each on its exact collapsed bound.
 
 import harness
 import numpy as np
+from solve_cost import decoupled_problem, timed_steps
 
 NAME = "decoupled_cost"
 SOLVE, OD, SVGP = "SOLVEGP", "ODVGP", "SVGP (M)"
@@ -40,50 +41,24 @@ def plan(args):
 
 def run(key, args):
     import gpflow
-    import tensorflow as tf
 
     from gpflow_tight import ODGPR, ODVGP, SOLVEGP, SOLVEGPR
 
-    N = key["num_data"] if key["part"] == "a" else key["collapsed_num_data"]
-    rng = np.random.default_rng(key["seed"])
-    X = rng.standard_normal((N, key["dim"]))
-    Y = np.sin(X).sum(1, keepdims=True) / key["dim"] ** 0.5 + 0.3 * rng.standard_normal((N, 1))
-    rng = np.random.default_rng(key["seed"] + 1)
-    Z = X[rng.choice(N, key["M"], replace=False)]  # Z_u, Z_v: its disjoint halves
-    Zu, Zv = Z[: key["M"] // 2], Z[key["M"] // 2 :]
-
-    def kernel():
-        return gpflow.kernels.Matern32(lengthscales=np.full(key["dim"], key["lengthscale"]))
-
+    X, Y, Z, Zu, Zv, kernel, batch, uncollapsed = decoupled_problem(key)
     if key["part"] == "a":
-        rows = rng.choice(N, key["batch_size"], replace=False)
-        batch = (tf.constant(X[rows]), tf.constant(Y[rows]))
-
-        def kw(Zr):
-            return dict(
-                kernel=kernel(),
-                likelihood=gpflow.likelihoods.Gaussian(variance=key["noise"]),
-                inducing_variable=Zr.copy(),
-                num_data=N,
-            )
-
         models = {
-            SOLVE: SOLVEGP(**kw(Zu), orthogonal_inducing_variable=Zv.copy()),
-            OD: ODVGP(**kw(Zu), orthogonal_inducing_variable=Zv.copy()),
-            SVGP: gpflow.models.SVGP(**kw(Z)),
+            SOLVE: SOLVEGP(**uncollapsed(Zu), orthogonal_inducing_variable=Zv.copy()),
+            OD: ODVGP(**uncollapsed(Zu), orthogonal_inducing_variable=Zv.copy()),
+            SVGP: gpflow.models.SVGP(**uncollapsed(Z)),
         }
     else:
-        batch, noise = None, key["noise"]
+        noise = key["noise"]
         models = {
             SOLVE_R: SOLVEGPR((X, Y), kernel(), Zu.copy(), Zv.copy(), noise_variance=noise),
             OD_R: ODGPR((X, Y), kernel(), Zu.copy(), Zv.copy(), noise_variance=noise),
             SGPR: gpflow.models.SGPR((X, Y), kernel(), Z.copy(), noise_variance=noise),
         }
-    fns = {name: harness.step_function(model, batch) for name, model in models.items()}
-    losses = {name: fn() for name, fn in fns.items()}  # traces and compiles: one untimed call
-    return dict(times=harness.interleaved(fns, key["rounds"], warmup=1), losses=losses,
-                parameters={n: int(sum(np.prod(v.shape) for v in m.trainable_variables))
-                            for n, m in models.items()})  # fmt: skip
+    return timed_steps(models, batch, key["rounds"])
 
 
 def render(report, records, missing, args):

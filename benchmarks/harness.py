@@ -322,6 +322,38 @@ def step_function(model: Any, batches: Any = None, adam: float | None = None) ->
     return call
 
 
+def prediction_function(model: Any, Xnew: Any) -> Callable:
+    """A compiled ``predict_f`` at ``Xnew``, blocking until the mean and variance are fetched."""
+    import tensorflow as tf
+
+    predict = tf.function(model.predict_f)
+    Xnew = tf.constant(Xnew)
+
+    def call() -> float:
+        mean, var = predict(Xnew)
+        return float(mean.numpy().sum() + var.numpy().sum())
+
+    return call
+
+
+def steps_and_predictions(models: dict[str, Any], Xnew: Any, rounds: int) -> dict[str, Any]:
+    """
+    Each model's compiled training step (models that hold their data) and compiled ``predict_f``
+    at ``Xnew``, each traced and called once untimed, then timed in interleaved rounds: the
+    seconds of both and the losses.
+    """
+    steps = {name: step_function(model) for name, model in models.items()}
+    predictions = {name: prediction_function(model, Xnew) for name, model in models.items()}
+    losses = {name: fn() for name, fn in steps.items()}  # traces and compiles
+    for fn in predictions.values():
+        fn()
+    return dict(
+        step=interleaved(steps, rounds, warmup=1),
+        predict=interleaved(predictions, rounds, warmup=1),
+        losses=losses,
+    )
+
+
 def interleaved(fns: dict[str, Callable], rounds: int, warmup: int = 2) -> dict[str, list]:
     """
     Seconds of each function over ``rounds`` rounds after ``warmup`` untimed calls (tracing);

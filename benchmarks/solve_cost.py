@@ -47,12 +47,49 @@ def plan(args):
 
 def run(key, args):
     import gpflow
-    import tensorflow as tf
 
     from gpflow_tight import SOLVEGP, SOLVEGPR, TightSOLVEGP, TightSVGP
 
     if key["part"] == "c":
         return linear_algebra(key)
+    X, Y, Z, Zu, Zv, kernel, batch, uncollapsed = decoupled_problem(key)
+    if key["part"] == "a":
+
+        def kw(Zr):
+            return uncollapsed(Zr, whiten=key["whiten"])
+
+        models = {
+            SVGP: gpflow.models.SVGP(**kw(Z)),
+            SOLVE: SOLVEGP(**kw(Zu), orthogonal_inducing_variable=Zv.copy()),
+            TSVGP: TightSVGP(**kw(Z)),
+            TSOLVE: TightSOLVEGP(**kw(Zu), orthogonal_inducing_variable=Zv.copy()),
+        }
+        if key["half"]:
+            models[HALF] = gpflow.models.SVGP(**kw(Zu))
+    else:
+        noise = key["noise"]
+        models = {SGPR: gpflow.models.SGPR((X, Y), kernel(), Z.copy(), noise_variance=noise)}
+        for name, bound in ((SOLVE_R, "solve"), (THESIS_R, "thesis")):
+            models[name] = SOLVEGPR(
+                (X, Y),
+                kernel(),
+                Zu.copy(),
+                orthogonal_inducing_variable=Zv.copy(),
+                noise_variance=noise,
+                bound=bound,
+            )
+    return timed_steps(models, batch, key["rounds"])
+
+
+def decoupled_problem(key):
+    """
+    The synthetic problem of parts (a) and (b) (also decoupled_cost.py's): data, M random
+    training inputs Z split into halves Z_u and Z_v, a kernel factory, the fixed minibatch of (a)
+    (None for (b)), and the keywords of an SVGP-family model on given inducing inputs.
+    """
+    import gpflow
+    import tensorflow as tf
+
     N = key["num_data"] if key["part"] == "a" else key["collapsed_num_data"]
     rng = np.random.default_rng(key["seed"])
     X = rng.standard_normal((N, key["dim"]))
@@ -64,42 +101,24 @@ def run(key, args):
     def kernel():
         return gpflow.kernels.Matern32(lengthscales=np.full(key["dim"], key["lengthscale"]))
 
+    batch = None
     if key["part"] == "a":
         rows = rng.choice(N, key["batch_size"], replace=False)
         batch = (tf.constant(X[rows]), tf.constant(Y[rows]))
 
-        def kw(Zr):
-            return dict(
-                kernel=kernel(),
-                likelihood=gpflow.likelihoods.Gaussian(variance=key["noise"]),
-                inducing_variable=Zr.copy(),
-                num_data=N,
-                whiten=key["whiten"],
-            )
+    def uncollapsed(Zr, **options):
+        likelihood = gpflow.likelihoods.Gaussian(variance=key["noise"])
+        return dict(kernel=kernel(), likelihood=likelihood, inducing_variable=Zr.copy(),
+                    num_data=N, **options)  # fmt: skip
 
-        models = {
-            SVGP: gpflow.models.SVGP(**kw(Z)),
-            SOLVE: SOLVEGP(**kw(Zu), orthogonal_inducing_variable=Zv.copy()),
-            TSVGP: TightSVGP(**kw(Z)),
-            TSOLVE: TightSOLVEGP(**kw(Zu), orthogonal_inducing_variable=Zv.copy()),
-        }
-        if key["half"]:
-            models[HALF] = gpflow.models.SVGP(**kw(Zu))
-    else:
-        batch, noise = None, key["noise"]
-        models = {SGPR: gpflow.models.SGPR((X, Y), kernel(), Z.copy(), noise_variance=noise)}
-        for name, bound in ((SOLVE_R, "solve"), (THESIS_R, "thesis")):
-            models[name] = SOLVEGPR(
-                (X, Y),
-                kernel(),
-                Zu.copy(),
-                orthogonal_inducing_variable=Zv.copy(),
-                noise_variance=noise,
-                bound=bound,
-            )
+    return X, Y, Z, Zu, Zv, kernel, batch, uncollapsed
+
+
+def timed_steps(models, batch, rounds):
+    """Each model's compiled step traced and called once untimed, then interleaved rounds."""
     fns = {name: harness.step_function(model, batch) for name, model in models.items()}
     losses = {name: fn() for name, fn in fns.items()}  # traces and compiles: one untimed call
-    return dict(times=harness.interleaved(fns, key["rounds"], warmup=1), losses=losses,
+    return dict(times=harness.interleaved(fns, rounds, warmup=1), losses=losses,
                 parameters={n: int(sum(np.prod(v.shape) for v in m.trainable_variables))
                             for n, m in models.items()})  # fmt: skip
 

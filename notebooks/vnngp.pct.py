@@ -108,18 +108,24 @@ svgp_seconds = time.perf_counter() - start
 # small standard deviations (0.1): with one variational parameter per point, and each touched
 # only when it falls in or near a batch, this saves many epochs over the default start at 0.
 
+
 # %%
-vnngp = gpflow_tight.VNNGP(
-    kernel(),
-    gpflow.likelihoods.Gaussian(0.1),
-    X,
-    num_neighbors=16,
-    num_data=len(X),
-    inducing_batch_size=256,
-    q_mu=Y.copy(),
-    q_sqrt=np.full((len(X), 1), 0.1),
-    seed=0,
-)
+def vnngp_model(**options):
+    return gpflow_tight.VNNGP(
+        kernel(),
+        gpflow.likelihoods.Gaussian(0.1),
+        X,
+        num_neighbors=16,
+        num_data=len(X),
+        inducing_batch_size=256,
+        q_mu=Y.copy(),
+        q_sqrt=np.full((len(X), 1), 0.1),
+        seed=0,
+        **options,
+    )
+
+
+vnngp = vnngp_model()
 data = vnngp.training_data(X, Y)  # (X, Y, neighbours [N, K])
 start = time.perf_counter()
 fit_adam(vnngp, data, iterations=iterations, batch_size=256, learning_rate=0.01, progress=False)
@@ -143,18 +149,7 @@ vnngp_seconds = time.perf_counter() - start
 # there it prints the mean-field start.
 
 # %%
-structured = gpflow_tight.VNNGP(
-    kernel(),
-    gpflow.likelihoods.Gaussian(0.1),
-    X,
-    num_neighbors=16,
-    num_data=len(X),
-    inducing_batch_size=256,
-    q_mu=Y.copy(),
-    q_sqrt=np.full((len(X), 1), 0.1),
-    seed=0,
-    q="nearest_neighbor",
-)
+structured = vnngp_model(q="nearest_neighbor")
 start = time.perf_counter()
 if reduce_in_tests(1, 0):  # not on the short settings
     fit_adam(structured, data, iterations, batch_size=256, learning_rate=0.01, progress=False)

@@ -173,6 +173,7 @@ class SOLVEGPR(RelaxedSGPR):
     _constructor_only = (*RelaxedSGPR._constructor_only, "bound")
     # the training objectives: the exact collapsed bound of the model's family first
     _bounds: tuple[str, ...] = ("solve", "thesis")
+    _posterior_class: type[CollapsedOrthogonalPosterior] = CollapsedOrthogonalPosterior
 
     def __init__(
         self,
@@ -302,8 +303,11 @@ class SOLVEGPR(RelaxedSGPR):
     def default_posterior(
         self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
     ) -> CollapsedOrthogonalPosterior:
-        """The decoupled posterior with the optimal :math:`q` (Fernlund's eq. 5.55, 5.57)."""
-        return CollapsedOrthogonalPosterior(
+        """
+        The decoupled posterior with the optimal :math:`q` (Fernlund's eq. 5.55, 5.57; for
+        :class:`ODGPR`, eq. 5.55 and 5.56).
+        """
+        return self._posterior_class(
             self.kernel,
             self.data,
             self.orthogonal_inducing_variable,
@@ -490,6 +494,7 @@ class ODGPR(SOLVEGPR):
     """
 
     _bounds = ("od", "thesis")
+    _posterior_class = CollapsedOrthogonalMeanPosterior  # eq. 5.55's mean, eq. 5.56's variance
 
     def __init__(
         self,
@@ -524,19 +529,6 @@ class ODGPR(SOLVEGPR):
         """
         m_u, R_u, m_v, _ = super().whitened_optimal_q(factors)
         return m_u, R_u, m_v, None
-
-    def default_posterior(
-        self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
-    ) -> CollapsedOrthogonalMeanPosterior:
-        """ODGPR's posterior: eq. 5.55's mean, eq. 5.56's variance."""
-        return CollapsedOrthogonalMeanPosterior(
-            self.kernel,
-            self.data,
-            self.orthogonal_inducing_variable,
-            self.likelihood,
-            mean_function=self.mean_function,
-            precompute_cache=precompute_cache,
-        )
 
 
 class ODVGP(SOLVEGP):

@@ -24,7 +24,9 @@ from tests.models.test_vnngp import (
     LENGTHSCALE,
     NOISE,
     VARIANCE,
+    assert_equals_svgp,
     brute_force_prior_neighbors,
+    dense_nn_precision,
     gaussian_expectation,
     kernel,
     make_problem,
@@ -32,18 +34,6 @@ from tests.models.test_vnngp import (
 from tests.reference import se_kernel
 
 MEAN = 0.3  # a constant mean function, so that μ(Z) enters the KL and the data term
-
-
-def dense_nn_precision(Z, neighbor_sets):
-    """(I - B)ᵀ F⁻¹ (I - B): the precision of the nearest-neighbour prior of K_ZZ + εI (§1.2)."""
-    K = se_kernel(Z, Z, VARIANCE, LENGTHSCALE) + JITTER * np.eye(len(Z))
-    B, F = np.zeros_like(K), np.zeros(len(Z))
-    for j, n in enumerate(neighbor_sets):
-        b = np.linalg.solve(K[np.ix_(n, n)], K[n, j]) if len(n) else np.zeros(0)
-        B[j, n] = b
-        F[j] = K[j, j] - K[n, j] @ b
-    I_B = np.eye(len(Z)) - B
-    return I_B.T @ np.diag(1 / F) @ I_B
 
 
 def dense_kl(m, S, precision):
@@ -232,13 +222,7 @@ def test_full_conditioning_equals_full_rank_unwhitened_svgp(rng, ordering):
             q="nearest_neighbor",
             q_sqrt_offdiag=q_sqrt_offdiag,
         )
-        np.testing.assert_allclose(model.prior_kl().numpy(), svgp.prior_kl().numpy(), rtol=1e-9)
-        np.testing.assert_allclose(
-            model.elbo((X, labels)).numpy(), svgp.elbo((X, labels)).numpy(), rtol=1e-9
-        )
-    # the marginals (the joint differs by design: test values are independent given u)
-    for ours, theirs in zip(model.predict_f(Xnew), svgp.predict_f(Xnew)):
-        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-8, atol=1e-12)
+        assert_equals_svgp(model, svgp, (X, labels), Xnew)
 
 
 # --- (c) zero off-diagonal entries: the mean-field model --------------------------------------
