@@ -21,8 +21,9 @@ orthogonal variables. So :math:`q(\\mathbf u)\\,q(\\mathbf v_\\perp)` is the whi
 :math:`\\mathrm{diag}(R_u, R_v)`, and that SVGP's predictive equals SOLVE-GP's (Shi, Titsias
 & Mnih 2020, eq. 7). ``get_inducing_variables()`` returns exactly this.
 
-``VNNGP`` has no Trieste wrapper: its :math:`q(\\mathbf u)` is diagonal (Trieste's
-``SparseVariational`` requires a full ``q_sqrt``) and its predictive conditions each point on
+``VNNGP`` has no Trieste wrapper: its :math:`q(\\mathbf u)` is diagonal or, with
+``q="nearest_neighbor"``, a sparse factor on the neighbour pattern (Trieste's
+``SparseVariational`` requires a full ``q_sqrt``), and its predictive conditions each point on
 its nearest inducing points, not on all of them as Trieste's covariance and sampler formulas do.
 """
 
