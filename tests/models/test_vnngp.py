@@ -988,6 +988,43 @@ def test_conditional_variance_is_clipped_at_zero():
     np.testing.assert_array_equal(c.numpy(), [0.0])
 
 
+def test_conditional_gradient_equals_differentiating_the_factorisation(rng, monkeypatch):
+    """
+    The neighbour conditional's hand-written gradient (``_gaussian_conditional_weights``)
+    equals TensorFlow's gradient through the Cholesky factorisation and solves, for the
+    kernel's hyperparameters and the inputs, with padded (masked) neighbour rows as in the KL.
+    """
+    Z = rng.uniform(0.0, 3.0, size=(12, 2))
+    X = rng.uniform(0.0, 3.0, size=(6, 2))
+    neighbors = np.stack([rng.choice(12, 4, replace=False) for _ in range(6)])
+    mask = np.ones((6, 4), dtype=bool)
+    mask[0, 1:], mask[1, 2:] = False, False  # rows with fewer predecessors than K
+    kernel = gpflow.kernels.Matern32(variance=1.3, lengthscales=[0.7, 1.1])
+    weights = rng.standard_normal((6, 4)), rng.standard_normal(6)
+
+    def through_the_factorisation(K_nn, k_nx, k_xx):
+        L = tf.linalg.cholesky(K_nn)
+        a = tf.linalg.cholesky_solve(L, k_nx[..., None])[..., 0]
+        return a, k_xx - tf.reduce_sum(k_nx * a, axis=-1)
+
+    def gradients():
+        Zt, Xt = tf.constant(Z), tf.constant(X)
+        with tf.GradientTape() as tape:
+            tape.watch([Zt, Xt])
+            a, c = VNNGPPosterior.conditional_on_neighbors(kernel, Zt, Xt, neighbors, mask)
+            loss = tf.reduce_sum(weights[0] * a) + tf.reduce_sum(weights[1] * c + a[:, 0] * c)
+        return tape.gradient(loss, [Zt, Xt, *kernel.trainable_variables])
+
+    got = gradients()
+    monkeypatch.setattr(
+        gpflow_tight.posteriors, "_gaussian_conditional_weights", through_the_factorisation
+    )
+    expected = gradients()
+    for g, e in zip(got, expected):
+        g, e = tf.convert_to_tensor(g), tf.convert_to_tensor(e)
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-10, atol=1e-13)
+
+
 F32_JITTER, F32_LENGTHSCALE = 1e-4, 0.3
 F32_TOLERANCE_A, F32_TOLERANCE_F = 8e-3, 3e-3
 
