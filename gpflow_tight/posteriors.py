@@ -759,18 +759,20 @@ def _gaussian_conditional_weights(
 ) -> tuple[tuple[tf.Tensor, tf.Tensor], Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]]:
     """
     :math:`\\mathbf a = K_{nn}^{-1}\\mathbf k_{nx}` and :math:`c = k_{xx} - \\mathbf
-    k_{nx}^\top\\mathbf a` for batches of small systems [..., K, K], with the gradient written
-    out: for upstream gradients :math:`\bar{\\mathbf a}, \bar c` and :math:`\\mathbf v =
-    K_{nn}^{-1}\bar{\\mathbf a}`,
+    k_{nx}^\\top\\mathbf a` for batches of small systems [..., K, K], with the gradient written
+    out: for upstream gradients :math:`\\bar{\\mathbf a}, \\bar c` and :math:`\\mathbf v =
+    K_{nn}^{-1}\\bar{\\mathbf a}`,
 
     .. math::
-        \bar K_{nn} = -\tfrac12(\\mathbf v\\mathbf a^\top + \\mathbf a\\mathbf v^\top) +
-        \bar c\\,\\mathbf a\\mathbf a^\top,\\quad
-        \bar{\\mathbf k}_{nx} = \\mathbf v - 2\bar c\\,\\mathbf a,\\quad \bar k_{xx} = \bar c,
+        \\bar K_{nn} = (\\bar c\\,\\mathbf a - \\mathbf v)\\mathbf a^\\top,\\quad
+        \\bar{\\mathbf k}_{nx} = \\mathbf v - 2\\bar c\\,\\mathbf a,\\quad \\bar k_{xx} = \\bar c,
 
-    the symmetric gradient TensorFlow's Cholesky gradient gives, from one more pair of
-    triangular solves with one right-hand side: :math:`O(K^2)` per system where
-    differentiating through the factorisation costs :math:`O(K^3)`.
+    from one more pair of triangular solves with one right-hand side: :math:`O(K^2)` per system
+    where differentiating through the factorisation costs :math:`O(K^3)`. :math:`K_{nn}` is
+    symmetric, so only :math:`\\bar K_{nn} + \\bar K_{nn}^\\top` reaches the kernel's
+    parameters and inputs; this one outer product has the same symmetric part as the gradient
+    TensorFlow gives, :math:`\\bar c\\,\\mathbf a\\mathbf a^\\top - \\tfrac12(\\mathbf v\\mathbf
+    a^\\top + \\mathbf a\\mathbf v^\\top)`, in a third of the elementwise passes.
     """
     what = "K_nn (the covariance of a point's nearest inducing points)"
     L = checked_cholesky(K_nn, what)
@@ -779,9 +781,7 @@ def _gaussian_conditional_weights(
 
     def gradient(grad_a: tf.Tensor, grad_c: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         v = tf.linalg.cholesky_solve(L, grad_a[..., None])[..., 0]
-        va = v[..., :, None] * a[..., None, :]
-        aa = a[..., :, None] * a[..., None, :]
-        grad_K = grad_c[..., None, None] * aa - 0.5 * (va + tf.linalg.matrix_transpose(va))
+        grad_K = (grad_c[..., None] * a - v)[..., :, None] * a[..., None, :]
         return grad_K, v - 2.0 * grad_c[..., None] * a, grad_c
 
     return (a, c), gradient
@@ -934,7 +934,12 @@ class VNNGPPosterior(FusedFromCache):
         if isinstance(kernel, kernels.Stationary):
             points = points - _neighborhood_centres(Z_neighbors, X, mask)[:, None, :]
         joint = kernel(points)  # [B, K+1, K+1]
-        K_nn, k_nx, k_xx = joint[:, :-1, :-1], joint[:, :-1, -1], joint[:, -1, -1]
+        # split, not sliced: the gradient of a split is one concatenation, that of each strided
+        # slice a full [B, K+1, K+1] pass
+        num_neighbors = tf.shape(neighbors)[1]
+        top, bottom = tf.split(joint, [num_neighbors, 1], axis=1)
+        K_nn, k_nx = tf.split(top, [num_neighbors, 1], axis=2)
+        k_nx, k_xx = k_nx[:, :, 0], bottom[:, 0, -1]
         eye = tf.eye(tf.shape(K_nn)[-1], dtype=K_nn.dtype)
         if mask is not None:  # one select each, forward and backward
             K_nn = tf.where(mask[:, :, None] & mask[:, None, :], K_nn, eye)

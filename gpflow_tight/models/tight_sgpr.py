@@ -138,6 +138,37 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
         )
         self.exact_predictive_variance = bool(exact_predictive_variance)
 
+    @classmethod
+    def sharing(cls, model: SGPR, **kwargs: Any) -> "RelaxedSGPR":
+        """
+        This class's model on the parts of an existing ``gpflow.models.SGPR``: the same data,
+        kernel, inducing variable, likelihood and mean function objects, so the two share every
+        parameter. Training the returned model trains ``model``, and ``model`` keeps its own
+        predictions and everything else.
+
+        ``RelaxedSGPR.sharing(sgpr).training_loss_closure()`` is SGPR's own bound (equal to
+        ``sgpr.training_loss()``) through this package's faster path
+        (:func:`~gpflow_tight.projection.collapsed_common_terms`; docs/performance.md);
+        ``TightSGPR.sharing(sgpr)`` is the tighter bound on the same parameters.
+
+        :param kwargs: the keyword arguments of this class's constructor that SGPR has not
+            (``relaxation``, ``beta``, ``exact_predictive_variance``).
+        """
+        if not isinstance(model, SGPR):
+            raise TypeError(
+                f"`model` must be a gpflow.models.SGPR, got {type(model).__name__}: other "
+                "models do not compute SGPR's bound."
+            )
+        return cls(
+            model.data,
+            model.kernel,
+            model.inducing_variable,
+            likelihood=model.likelihood,
+            mean_function=model.mean_function,
+            num_latent_gps=model.num_latent_gps,
+            **kwargs,
+        )
+
     def projection(self, X: InputData | None = None) -> Projection:
         """:math:`(L, A, \\mathbf d)` of the inputs ``X`` (default: the training inputs)."""
         X = self.data[0] if X is None else X

@@ -250,3 +250,54 @@ def test_cholesky_failure_says_what_to_do(rng):
         with pytest.raises(gpflow_tight.TrainingError, match="inducing points") as info:
             gpflow_tight.training.fit_scipy(tight, maxiter=2, progress=False)
         assert isinstance(info.value.__cause__, gpflow_tight.CholeskyError)
+
+
+def test_sharing_a_gpflow_sgpr_gives_its_bound_and_trains_it(rng):
+    """
+    ``RelaxedSGPR.sharing(sgpr)`` computes SGPR's own loss and gradients from the same
+    parameter objects, so optimising it trains ``sgpr``; ``TightSGPR.sharing`` is the tight
+    bound of an independently built TightSGPR; anything but an SGPR is refused.
+    """
+    X = rng.uniform(0.0, 5.0, size=(40, 2))
+    Y = np.sin(X).sum(1, keepdims=True) + 0.1 * rng.standard_normal((40, 1))
+    sgpr = gpflow.models.SGPR(
+        (X, Y),
+        gpflow.kernels.SquaredExponential(lengthscales=[1.0, 2.0]),
+        X[:8].copy(),
+        mean_function=gpflow.mean_functions.Constant(0.3),
+        noise_variance=0.2,
+    )
+    fast = gpflow_tight.RelaxedSGPR.sharing(sgpr)
+    assert all(a is b for a, b in zip(fast.trainable_variables, sgpr.trainable_variables))
+    assert len(fast.trainable_variables) == len(sgpr.trainable_variables)
+
+    def loss_and_gradients(model):
+        with tf.GradientTape() as tape:
+            loss = model.training_loss()
+        return loss, tape.gradient(loss, sgpr.trainable_variables)
+
+    expected, got = loss_and_gradients(sgpr), loss_and_gradients(fast)
+    np.testing.assert_allclose(got[0].numpy(), expected[0].numpy(), rtol=1e-12)
+    for g, e in zip(got[1], expected[1]):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-9, atol=1e-12)
+
+    tight = TightSGPR.sharing(sgpr)
+    built = TightSGPR(
+        (X, Y),
+        gpflow.kernels.SquaredExponential(lengthscales=[1.0, 2.0]),
+        X[:8].copy(),
+        mean_function=gpflow.mean_functions.Constant(0.3),
+        noise_variance=0.2,
+    )
+    np.testing.assert_allclose(tight.elbo().numpy(), built.elbo().numpy(), rtol=1e-12)
+
+    before = sgpr.training_loss().numpy()
+    gpflow.optimizers.Scipy().minimize(
+        fast.training_loss_closure(), sgpr.trainable_variables, options=dict(maxiter=10)
+    )
+    np.testing.assert_allclose(sgpr.training_loss().numpy(), fast.training_loss().numpy())
+    assert sgpr.training_loss().numpy() < before
+
+    svgp = gpflow.models.SVGP(gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(), X)
+    with pytest.raises(TypeError, match="gpflow.models.SGPR"):
+        gpflow_tight.RelaxedSGPR.sharing(svgp)
