@@ -19,7 +19,7 @@ FAMILY = {"SGPR", "TightSGPR", "SVGP", "TightSVGP", "SOLVEGPR", "TightSOLVEGPR",
 PEER = {"TightSGPR": "SGPR", "TightSVGP": "SVGP", "FITC": "GPRFITC",
         "TightBayesianGPLVM": "BayesianGPLVM"}  # fmt: skip
 PRESETS = {"quick": dict(rounds=2, sizes=[32], models=["SGPR", "TightSGPR", "SVGP", "VNNGP"],
-                         num_data=500, batch_size=64, gemm=[128])}  # fmt: skip
+                         num_data=500, batch_size=64, gemm=[128], alternatives=[64])}  # fmt: skip
 
 # ops whose flops are counted (the dense linear algebra); every other op is memory traffic,
 # elementwise or bookkeeping, and its cost shows in the time only
@@ -34,6 +34,13 @@ def arguments(parser):
     parser.add_argument("--num-data", type=int, default=10_000, help="N of the collapsed models")
     parser.add_argument("--batch-size", type=int, default=1024, help="B of the minibatch models")
     parser.add_argument("--gemm", type=int, nargs="+", default=[1000, 2000], help="GEMM sizes")
+    parser.add_argument(
+        "--alternatives",
+        type=int,
+        nargs="*",
+        default=[500, 1000],
+        help="M of the GEMM-rich alternatives to the solve and the Cholesky",
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument("--seed", type=int, default=0)
@@ -42,6 +49,8 @@ def arguments(parser):
 def plan(args):
     settings = ["num_data", "batch_size", "rounds", "threads", "seed"]
     keys = [harness.keyed(args, ["threads"], part="gemm", n=n) for n in args.gemm]
+    keys += [harness.keyed(args, ["num_data", "rounds", "threads", "seed"], part="alternative", M=m)
+             for m in args.alternatives]  # fmt: skip
     return keys + [
         harness.keyed(args, settings, part="step", model=name, M=m)
         for m in args.sizes
@@ -222,6 +231,9 @@ def run(key, args):
         times["Cholesky"] = [t - g for t, g in zip(times["Cholesky"], times["GEMM"])]
         return {"times": times, "flops": flops}
 
+    if key["part"] == "alternative":
+        return _alternatives(key)
+
     model, batch = _build(key["model"], key["M"], key)
     plain, plain_call = _step(model, batch, False)
     flops, unknown = count_flops(plain.get_concrete_function())
@@ -238,6 +250,107 @@ def run(key, args):
     times = harness.interleaved(fns, key["rounds"])
     return {"times": times, "flops": flops, "uncounted": unknown, "xla_error": xla_error,
             "xla_compile_s": compile_seconds}  # fmt: skip
+
+
+def _blocked_cholesky(matrix, block):
+    """
+    Right-looking blocked Cholesky factorisation: per panel, a small factorisation, a triangular
+    solve for the panel below it and a GEMM update of the trailing matrix, so most of the
+    n^3/3 flops are GEMM's.
+    """
+    import tensorflow as tf
+
+    n = matrix.shape[0]
+    columns, trailing = [], matrix
+    for start in range(0, n, block):
+        width = min(block, n - start)
+        L11 = tf.linalg.cholesky(trailing[:width, :width])
+        L21 = tf.linalg.matrix_transpose(
+            tf.linalg.triangular_solve(L11, tf.linalg.matrix_transpose(trailing[width:, :width]))
+        )
+        columns.append(tf.pad(tf.concat([L11, L21], axis=0), [[start, 0], [0, 0]]))
+        trailing = trailing[width:, width:] - tf.matmul(L21, L21, transpose_b=True)
+    return tf.concat(columns, axis=1)
+
+
+def _alternatives(key):
+    """
+    The GEMM-rich alternatives the issue names, against what the steps use, on an SGPR-sized
+    problem (M inducing inputs, N inputs): A = L^-1 K_uf by a triangular solve or by the product
+    of an explicit inverse with K_uf (loss and gradient of sum(A^2), as in the trace term), and
+    TensorFlow's Cholesky against a blocked one (forward only). Each alternative's largest
+    relative difference from the reference is recorded.
+    """
+    import gpflow
+    import tensorflow as tf
+
+    rng = np.random.default_rng(key["seed"])
+    M, N = key["M"], key["num_data"]
+    X = rng.uniform(0.0, 10.0, size=(N, 3))
+    Z = X[rng.choice(N, M, replace=False)]
+    kernel = gpflow.kernels.SquaredExponential()
+    Kuu = kernel(Z) + gpflow.config.default_jitter() * tf.eye(M, dtype=tf.float64)
+    Kuf = tf.Variable(kernel(Z, X))
+    L = tf.Variable(tf.linalg.cholesky(Kuu))
+    eye = tf.eye(M, dtype=tf.float64)
+
+    def trace_step(project):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                A = project()
+                loss = tf.reduce_sum(tf.square(A))
+            return A, tape.gradient(loss, [L, Kuf])
+
+        return step
+
+    solve = trace_step(lambda: tf.linalg.triangular_solve(L, Kuf))
+    inverse = trace_step(lambda: tf.matmul(tf.linalg.triangular_solve(L, eye), Kuf))
+    cholesky = tf.function(lambda: tf.linalg.cholesky(Kuu))
+    blocked = tf.function(lambda: _blocked_cholesky(Kuu, 128))
+
+    def difference(got, reference):
+        got, reference = np.asarray(got), np.asarray(reference)
+        return float(np.max(np.abs(got - reference)) / np.max(np.abs(reference)))
+
+    (A, grads), (A2, grads2) = solve(), inverse()
+    errors = {"inverse_product": max(difference(A2, A), *map(difference, grads2, grads)),
+              "blocked_cholesky": difference(blocked(), cholesky())}  # fmt: skip
+    fns = {
+        "solve": lambda: solve()[0].numpy(),
+        "inverse_product": lambda: inverse()[0].numpy(),
+        "cholesky": lambda: cholesky().numpy(),
+        "blocked_cholesky": lambda: blocked().numpy(),
+    }
+    return {"times": harness.interleaved(fns, key["rounds"]), "errors": errors}
+
+
+ALTERNATIVES = [("solve", "inverse_product", "A = L^-1 K_uf, loss and gradient: triangular solve "
+                 "vs explicit inverse times K_uf"),
+                ("cholesky", "blocked_cholesky", "Cholesky of K_uu: TensorFlow's vs blocked "
+                 "(panels of 128, GEMM updates)")]  # fmt: skip
+
+
+def render_alternatives(report, records, num_data):
+    if not records:
+        return []
+    report.section("GEMM-rich alternatives")
+    rows, findings = [], []
+    for r in sorted(records, key=lambda r: r["key"]["M"]):
+        M = r["key"]["M"]
+        for reference, alternative, what in ALTERNATIVES:
+            ratio = np.median(r["times"][alternative]) / np.median(r["times"][reference])
+            error = r["errors"][alternative]
+            rows.append([M, what, f"{1e3 * np.median(r['times'][reference]):.1f}",
+                         f"{1e3 * np.median(r['times'][alternative]):.1f}", f"{ratio:.2f}",
+                         f"{error:.1e}"])  # fmt: skip
+            verdict = "faster" if ratio < 1 else "slower"
+            findings.append(f"M={M}, N={num_data}: {alternative.replace('_', ' ')} / "
+                            f"{reference} = {ratio:.2f} ({verdict}; largest relative "
+                            f"difference {error:.1e}).")  # fmt: skip
+    report.table(["M", "what", "used (ms)", "alternative (ms)", "alternative / used",
+                  "largest relative difference"], rows)  # fmt: skip
+    return findings
 
 
 def render(report, records, missing, args):
@@ -265,6 +378,7 @@ def render(report, records, missing, args):
     report.head("Training steps against the machine: GFLOP/s and XLA", records, protocol,
                 missing)  # fmt: skip
     gemm = [r for r in records if r["key"]["part"] == "gemm"]
+    alternatives = [r for r in records if r["key"]["part"] == "alternative"]
     steps = [r for r in records if r["key"]["part"] == "step"]
     rows = []
     for r in gemm:
@@ -298,6 +412,7 @@ def render(report, records, missing, args):
     report.section("Steps")
     report.table(["model", "M", "GFLOP per step", "step ms", "XLA step ms", "XLA / plain",
                   "GFLOP/s", "share of GEMM rate", "XLA compile s"], rows)  # fmt: skip
+    alternative_findings = render_alternatives(report, alternatives, args.num_data)
     report.section("Findings")
     summary = []
     if family:
@@ -323,7 +438,7 @@ def render(report, records, missing, args):
             if (tight, M) in medians and (peer, M) in medians:
                 summary.append(f"{tight} / {peer} at M={M}: "
                                f"{medians[tight, M] / medians[peer, M]:.2f}.")  # fmt: skip
-    report.bullets(summary + findings)
+    report.bullets(summary + alternative_findings + findings)
 
 
 if __name__ == "__main__":
