@@ -18,7 +18,7 @@ PRESETS = {"quick": dict(sizes=[1000, 3000], neighbors=[32], rounds=5)}
 
 
 def arguments(parser):
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000, 1_000_000])
     parser.add_argument("--neighbors", type=int, nargs="+", default=[32])
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--inducing-batch-size", type=int, default=256)
