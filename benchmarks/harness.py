@@ -46,7 +46,7 @@ STUDIES = [
     "power_ep_classification", "vnngp_cost", "vnngp_structured_cost", "vnngp_uci", "gplvm_cost",
     "gplvm_oil_flow", "solve_cost", "solve_uci", "gpflow_notebooks", "float32", "tight_sgpr_cost",
     "step_flops", "tsvgp_bound", "trieste_loop", "classic_cost", "convolved_cost",
-    "decoupled_cost",
+    "decoupled_cost", "power_ep_synthetic",
 ]  # fmt: skip
 
 
