@@ -24,6 +24,43 @@ import time
 import numpy as np
 
 
+def nngp_model(inducing_points, k: int, batch_size: int, jitter: float | None = None):  # type: ignore
+    """
+    GPyTorch's VNNGP as its documentation builds it: ``NNVariationalStrategy`` with a mean-field
+    q over ``inducing_points``, zero mean, ``ScaleKernel(MaternKernel(nu=2.5))`` with one
+    lengthscale per input; ``jitter`` (default GPyTorch's) is added to the neighbour blocks.
+    Shared by this script and ``vnngp_gpytorch_train.py``.
+    """
+    import gpytorch
+    import torch
+
+    options = {} if jitter is None else {"jitter_val": jitter}
+
+    class NNGP(gpytorch.models.ApproximateGP):
+        def __init__(self) -> None:
+            q = gpytorch.variational.MeanFieldVariationalDistribution(len(inducing_points))
+            strategy = gpytorch.variational.NNVariationalStrategy(
+                self, inducing_points, q, k=k, training_batch_size=batch_size, **options
+            )
+            super().__init__(strategy)
+            self.mean_module = gpytorch.means.ZeroMean()
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.MaternKernel(nu=2.5, ard_num_dims=inducing_points.shape[-1])
+            )
+
+        def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
+            return gpytorch.distributions.MultivariateNormal(
+                self.mean_module(x), self.covar_module(x)
+            )
+
+        def __call__(self, x: torch.Tensor | None, prior: bool = False, **kwargs):  # type: ignore
+            if x is not None and x.dim() == 1:
+                x = x.unsqueeze(-1)
+            return self.variational_strategy(x=x, prior=False, **kwargs)
+
+    return NNGP()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help=".npz file with X [N, D] and Y [N, 1]")
@@ -55,26 +92,6 @@ def main() -> None:
     y = torch.tensor(loaded["Y"][:, 0], dtype=torch.float64)
     num_data, dim = X.shape
 
-    class NNGP(gpytorch.models.ApproximateGP):
-        def __init__(self, inducing_points: torch.Tensor) -> None:
-            q = gpytorch.variational.MeanFieldVariationalDistribution(len(inducing_points))
-            strategy = gpytorch.variational.NNVariationalStrategy(
-                self, inducing_points, q, k=args.k, training_batch_size=args.batch_size
-            )
-            super().__init__(strategy)
-            self.mean_module = gpytorch.means.ZeroMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.MaternKernel(nu=2.5, ard_num_dims=dim)
-            )
-
-        def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
-            return gpytorch.distributions.MultivariateNormal(
-                self.mean_module(x), self.covar_module(x)
-            )
-
-        def __call__(self, x: torch.Tensor | None, prior: bool = False, **kwargs):  # type: ignore
-            return self.variational_strategy(x=x, prior=False, **kwargs)
-
     if args.neighbor_table:  # rows k.. of the table, GPyTorch's layout [M - k, k]
         table = torch.from_numpy(np.load(args.neighbor_table)[args.k :]).long()
         assert table.shape == (num_data - args.k, args.k), table.shape
@@ -82,7 +99,7 @@ def main() -> None:
 
         NNUtil.build_sequential_nn_idx = lambda self, x: table
     start = time.perf_counter()
-    model = NNGP(X)  # the faiss index and the sequential neighbour table
+    model = nngp_model(X, args.k, args.batch_size)  # the faiss index and the neighbour table
     setup_seconds = time.perf_counter() - start
     likelihood = gpytorch.likelihoods.GaussianLikelihood()
     model.double()

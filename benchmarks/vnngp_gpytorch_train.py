@@ -31,6 +31,7 @@ import time
 import traceback
 
 import numpy as np
+from vnngp_gpytorch import nngp_model
 
 
 def main() -> None:
@@ -77,31 +78,8 @@ def train(args: argparse.Namespace) -> dict:
     Y_test = np.asarray(loaded["Y_test"][:, 0], dtype=float)
     num_data, dim = X.shape
 
-    class NNGP(gpytorch.models.ApproximateGP):
-        def __init__(self, inducing_points: torch.Tensor) -> None:
-            q = gpytorch.variational.MeanFieldVariationalDistribution(len(inducing_points))
-            strategy = gpytorch.variational.NNVariationalStrategy(
-                self, inducing_points, q, k=args.k, training_batch_size=args.batch_size,
-                jitter_val=args.jitter,
-            )  # fmt: skip
-            super().__init__(strategy)
-            self.mean_module = gpytorch.means.ZeroMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.MaternKernel(nu=2.5, ard_num_dims=dim)
-            )
-
-        def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
-            return gpytorch.distributions.MultivariateNormal(
-                self.mean_module(x), self.covar_module(x)
-            )
-
-        def __call__(self, x: torch.Tensor | None, prior: bool = False, **kwargs):  # type: ignore
-            if x is not None and x.dim() == 1:
-                x = x.unsqueeze(-1)
-            return self.variational_strategy(x=x, prior=False, **kwargs)
-
     start = time.perf_counter()
-    model = NNGP(X)  # the faiss index and the sequential neighbour table (O(M^2))
+    model = nngp_model(X, args.k, args.batch_size, args.jitter)  # O(M^2) neighbour table
     setup_seconds = time.perf_counter() - start
     likelihood = gpytorch.likelihoods.GaussianLikelihood()
     model.double()
