@@ -249,18 +249,34 @@ class SampledOptimalRelaxation(OptimalRelaxation):
     (Bui et al. 2025, §5): the residual term :math:`-\\tfrac12\\sum_n\\langle\\log(1 +
     d_n(\\mathbf x_n)/\\sigma^2)\\rangle_{q(\\mathbf x_n)}` is estimated without bias from
     ``num_samples`` reparameterised samples of each :math:`q(\\mathbf x_n)` per evaluation.
+
+    With ``seed=None`` (default) every evaluation draws new samples: an unbiased, noisy
+    objective for stochastic optimisers such as Adam. With an int ``seed`` every evaluation uses
+    the same standard normal draws (``tf.random.stateless_normal``), so the objective is a
+    deterministic sample-average approximation of the bound that L-BFGS can optimise
+    (``fit_scipy``); score the result with fresh samples (``seed=None``) afterwards.
     """
 
     kind = "sampled"
-    _constructor_only = ("num_samples",)
+    _constructor_only = ("num_samples", "seed")
 
-    def __init__(self, num_samples: int = 10) -> None:
+    def __init__(self, num_samples: int = 10, seed: int | None = None) -> None:
         super().__init__(name="SampledOptimalRelaxation")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer):
-            raise TypeError(f"`num_samples` must be an int, got {num_samples!r}.")
+        for name, value in (("num_samples", num_samples), ("seed", seed)):
+            if value is None and name == "seed":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise TypeError(f"`{name}` must be an int, got {value!r}.")
         if num_samples < 1:
             raise ValueError(f"`num_samples` must be at least 1, got {num_samples}.")
         self.num_samples = int(num_samples)
+        self.seed = None if seed is None else int(seed)
+
+    def standard_normal(self, shape: Any) -> tf.Tensor:
+        """Standard normal draws of ``shape``: new ones per call, or the same for a ``seed``."""
+        if self.seed is None:
+            return tf.random.normal(shape, dtype=default_float())
+        return tf.random.stateless_normal(shape, seed=[self.seed, 0], dtype=default_float())
 
     @inherit_check_shapes
     def gaussian_residual_term(self, residual: tf.Tensor, noise_variance: tf.Tensor) -> tf.Tensor:

@@ -202,7 +202,9 @@ class TightBayesianGPLVM(
       paper's :math:`m_n(\\mathbf x_n) = \\sigma^2 / (d_n(\\mathbf x_n) + \\sigma^2)`, giving
       :math:`-\\tfrac P2 \\sum_n \\langle \\log(1 + d_n(\\mathbf x_n) / \\sigma^2)
       \\rangle_{q(\\mathbf x_n)}`, at least as tight (Jensen), estimated without bias from
-      ``num_samples`` reparameterised samples of each :math:`q(\\mathbf x_n)` per call;
+      ``num_samples`` reparameterised samples of each :math:`q(\\mathbf x_n)` per call
+      (``relaxation=SampledOptimalRelaxation(num_samples, seed=s)`` keeps the same draws at
+      every call instead: a deterministic sample average that L-BFGS can train);
     - ``relaxation="none"`` (:class:`~gpflow_tight.relaxation.NoRelaxation`): :math:`m_n = 1`,
       the standard bound of ``BayesianGPLVM``.
 
@@ -279,7 +281,7 @@ class TightBayesianGPLVM(
         """:math:`d_n(\\mathbf x_n)` at ``num_samples`` reparameterised samples of each
         :math:`q(\\mathbf x_n)` [S N]."""
         shape = tf.concat([[self.relaxation.num_samples], tf.shape(self.X_data_mean)], 0)
-        noise = tf.random.normal(shape, dtype=default_float())
+        noise = self.relaxation.standard_normal(shape)
         samples = self.X_data_mean + tf.sqrt(self.X_data_var) * noise  # [S, N, Q]
         flat = tf.reshape(samples, [-1, tf.shape(samples)[-1]])
         return project(self.inducing_variable, self.kernel, flat, L).residual

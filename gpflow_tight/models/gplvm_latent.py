@@ -243,7 +243,7 @@ class HeldOutRows:
         if not isinstance(self.relaxation, SampledOptimalRelaxation):
             return None
         shape = [self.relaxation.num_samples, num_rows, int(self.X_data_mean.shape[-1])]
-        return tf.random.normal(shape, dtype=default_float())
+        return self.relaxation.standard_normal(shape)
 
     def _initial_latent(
         self, fixed: FixedQ, Y: tf.Tensor, prior_mean: tf.Tensor, prior_var: tf.Tensor

@@ -83,6 +83,40 @@ def test_paper_relaxation_is_at_least_the_analytic_one(rng):
     assert draws.mean() - analytic > 4 * error
 
 
+def test_seeded_sampled_relaxation_is_a_fixed_sample_average(rng):
+    """With a ``seed`` the draws are the same at every evaluation (eager and compiled), so the
+    objective is deterministic; it is the sample average over exactly those draws (dense numpy
+    from the draws themselves), and another seed gives another sample. L-BFGS trains it."""
+    Y, X_mean, X_var, Z = make_problem(rng, num_data=12)
+    kernel = se_kernel()
+    sampled = gpflow_tight.relaxation.SampledOptimalRelaxation(5, seed=7)
+    model = build(TightBayesianGPLVM, Y, X_mean, X_var, Z, kernel, relaxation=sampled)
+    first = model.elbo().numpy()
+    assert model.elbo().numpy() == first
+    assert tf.function(model.elbo)().numpy() == pytest.approx(first, rel=1e-14)
+    other = gpflow_tight.relaxation.SampledOptimalRelaxation(5, seed=8)
+    assert build(TightBayesianGPLVM, Y, X_mean, X_var, Z, relaxation=other).elbo().numpy() != first
+
+    noise = sampled.standard_normal([5, 12, 2]).numpy()
+    np.testing.assert_array_equal(noise, sampled.standard_normal([5, 12, 2]).numpy())
+    iv = gpflow.inducing_variables.InducingPoints(Z)
+    Kuu = gpflow.covariances.Kuu(iv, kernel, jitter=gpflow.config.default_jitter()).numpy()
+    points = (X_mean + np.sqrt(X_var) * noise).reshape(-1, 2)
+    Kuf = gpflow.covariances.Kuf(iv, kernel, points).numpy()
+    d = 1.2 - np.sum(Kuf * np.linalg.solve(Kuu, Kuf), axis=0)
+    none = build(TightBayesianGPLVM, Y, X_mean, X_var, Z, kernel, relaxation="none")
+    trace = -0.5 * Y.shape[1] * np.sum(expected_residuals(kernel, X_mean, X_var, Z)) / NOISE
+    expected = none.elbo().numpy() - trace - 0.5 * Y.shape[1] * np.sum(np.log1p(d / NOISE)) / 5
+    np.testing.assert_allclose(first, expected, rtol=1e-10)
+
+    with pytest.raises(TypeError, match="`seed` must be an int"):
+        gpflow_tight.relaxation.SampledOptimalRelaxation(5, seed=0.5)
+    with pytest.raises(AttributeError, match="fixed at construction"):
+        sampled.seed = 3
+    result = gpflow_tight.training.fit_scipy(model, maxiter=30, progress=False)
+    assert result.fun < -first and model.elbo().numpy() == pytest.approx(-result.fun, rel=1e-12)
+
+
 def test_sampled_relaxation_is_unbiased(rng):
     """The Monte Carlo term against the same expectation by 2-D Gauss-Hermite quadrature."""
     Y, X_mean, X_var, Z = make_problem(rng, num_data=6)
