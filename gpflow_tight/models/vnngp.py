@@ -280,6 +280,56 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             q_sqrt_offdiag[self._prior_table.numpy() < 0] = 0.0  # padding: no column
             self.q_sqrt_offdiag = Parameter(q_sqrt_offdiag, dtype=default_float())
 
+    @classmethod
+    def from_data(
+        cls,
+        data: Any,
+        kernel: Kernel,
+        likelihood: Likelihood,
+        num_neighbors: int,
+        *,
+        q_sqrt_scale: float = 0.1,
+        **kwargs: Any,
+    ) -> "VNNGP":
+        """
+        The paper's set-up for training data ``data = (X, Y)``: one inducing input per distinct
+        row of X (a repeated inducing input would make :math:`K_{nn}` singular),
+        ``num_data = N`` and, for a Gaussian likelihood, q(u) started at the data: ``q_mu`` the
+        mean target of the rows at each inducing input, ``q_sqrt`` = ``q_sqrt_scale`` times the
+        standard deviation of each target column. With M = N, :math:`u_j` is the function at
+        :math:`\\mathbf x_j`, so the targets are a guess the data term agrees with at once;
+        the constructor's default (q_mu = 0, q_sqrt = 1, as in the paper) must first learn all
+        N means through the KL's coupling, which takes far more epochs
+        (``benchmarks/results/vnngp_init.md``). Other likelihoods keep the constructor's start.
+
+        :param q_sqrt_scale: the initial standard deviations of q(u) as a fraction of each
+            target column's standard deviation (Gaussian likelihood only).
+        :param kwargs: the constructor's other keyword arguments (``num_data`` defaults to N);
+            ``q_mu``, ``q_sqrt`` and ``num_latent_gps`` are set here.
+        """
+        for name in ("q_mu", "q_sqrt", "num_latent_gps"):
+            if name in kwargs:
+                raise TypeError(
+                    f"`VNNGP.from_data` sets `{name}` from the data; build the model with "
+                    f"`VNNGP(...)` to give your own `{name}`."
+                )
+        if not np.isfinite(q_sqrt_scale) or q_sqrt_scale <= 0:
+            raise ValueError(f"`q_sqrt_scale` must be finite and positive, got {q_sqrt_scale}.")
+        X, Y = check_regression_data(data, "data")
+        Z, rows = np.unique(X, axis=0, return_inverse=True)
+        rows = rows.reshape(-1)
+        kwargs.setdefault("num_data", len(X))
+        shape = (len(Z), Y.shape[1])
+        q_mu, q_sqrt = np.zeros(shape), np.ones(shape)
+        if isinstance(likelihood, gpflow.likelihoods.Gaussian):
+            counts = np.bincount(rows, minlength=len(Z))[:, None]
+            np.add.at(q_mu, rows, Y)
+            q_mu /= counts
+            spread = Y.std(axis=0)
+            q_sqrt = q_sqrt * q_sqrt_scale * np.where(spread > 0, spread, 1.0)
+        return cls(kernel, likelihood, Z, num_neighbors, num_latent_gps=Y.shape[1], q_mu=q_mu,
+                   q_sqrt=q_sqrt, **kwargs)  # fmt: skip
+
     # ---------------------------------------------------------------------------------------
     # neighbours
 

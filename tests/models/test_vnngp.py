@@ -1080,3 +1080,40 @@ def test_float32_conditional_is_close_to_float64(rng, offset):
     a_error_before, f_error_before = before
     assert a_error_before > 10 * F32_TOLERANCE_A, a_error_before
     assert f_error_before > 10 * F32_TOLERANCE_F, f_error_before
+
+
+def test_from_data_starts_q_at_the_targets(rng):
+    """Z = the distinct rows of X; q_mu = the mean target over each row's repeats (a loop
+    here), q_sqrt = q_sqrt_scale x each target column's standard deviation; num_data = N; the
+    model is the constructor's with these values (equal ELBO). Other likelihoods keep the
+    constructor's start; q(u) arguments and bad data are refused."""
+    X = rng.uniform(-3, 3, (20, 2))
+    X = np.concatenate([X, X[:6], X[:2]])  # repeated inputs
+    Y = np.concatenate([np.sin(X[:, :1]), np.cos(X[:, 1:])], 1) + 0.1 * rng.standard_normal(
+        (len(X), 2)
+    )
+    likelihood = gpflow.likelihoods.Gaussian(NOISE)
+    model = VNNGP.from_data((X, Y), kernel(), likelihood, 4, q_sqrt_scale=0.2, seed=3)
+    Z = model.inducing_variable.Z.numpy()
+    assert len(Z) == 20 and len(np.unique(Z, axis=0)) == 20
+    assert model.num_data == len(X) and model.num_latent_gps == 2
+    for z, mean in zip(Z, model.q_mu.numpy()):
+        same = np.all(X == z, axis=1)
+        np.testing.assert_allclose(mean, Y[same].mean(0), rtol=1e-12)
+    np.testing.assert_allclose(model.q_sqrt.numpy(), np.tile(0.2 * Y.std(0), (20, 1)))
+    reference = VNNGP(kernel(), gpflow.likelihoods.Gaussian(NOISE), Z, 4, num_latent_gps=2,
+                      q_mu=model.q_mu.numpy(), q_sqrt=model.q_sqrt.numpy(), num_data=len(X),
+                      seed=3)  # fmt: skip
+    data = model.training_data(X, Y)
+    np.testing.assert_allclose(model.elbo(data), reference.elbo(data), rtol=1e-12)
+
+    bernoulli = VNNGP.from_data((X, (Y[:, :1] > 0).astype(float)), kernel(),
+                                gpflow.likelihoods.Bernoulli(), 4)  # fmt: skip
+    np.testing.assert_array_equal(bernoulli.q_mu.numpy(), 0.0)
+    np.testing.assert_allclose(bernoulli.q_sqrt.numpy(), 1.0, rtol=1e-12)
+    with pytest.raises(TypeError, match="sets `q_mu` from the data"):
+        VNNGP.from_data((X, Y), kernel(), likelihood, 4, q_mu=np.zeros((20, 2)))
+    with pytest.raises(ValueError, match="`q_sqrt_scale` must be finite and positive"):
+        VNNGP.from_data((X, Y), kernel(), likelihood, 4, q_sqrt_scale=0.0)
+    with pytest.raises(ValueError, match="data"):
+        VNNGP.from_data((X, np.where(Y > 0.5, np.nan, Y)), kernel(), likelihood, 4)
