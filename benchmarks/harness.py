@@ -18,7 +18,9 @@ Records: ``results/NAME.jsonl``, one JSON object per line. ``{"env": {...}}`` li
 session (date, command, machine, threads, versions, git revision, load); every finished unit
 appends ``{"key": {...}, "session": i, ...numbers}``. A rerun skips the keys already there, so
 an interrupted or budget-limited study resumes; the report renders from whatever is there and
-lists what is missing.
+lists what is missing. Two processes may fill one study at once (e.g. with disjoint plans, or
+one plan in opposite orders): each rereads the records before a run and skips what the other
+has finished.
 """
 
 import argparse
@@ -46,7 +48,7 @@ STUDIES = [
     "power_ep_classification", "vnngp_cost", "vnngp_structured_cost", "vnngp_uci", "gplvm_cost",
     "gplvm_oil_flow", "solve_cost", "solve_uci", "gpflow_notebooks", "float32", "tight_sgpr_cost",
     "step_flops", "tsvgp_bound", "trieste_loop", "classic_cost", "convolved_cost",
-    "decoupled_cost", "power_ep_synthetic",
+    "decoupled_cost", "power_ep_synthetic", "tsvgp_classification", "power_ep_banana",
 ]  # fmt: skip
 
 
@@ -118,9 +120,13 @@ class Store:
 
     def __init__(self, name: str, folder: Path = RESULTS, threads: int | None = None) -> None:
         self.path = Path(folder) / f"{name}.jsonl"
+        self.threads, self.session = threads, None
+        self.load()
+
+    def load(self) -> None:
+        """(Re)read the records: another process may be filling the same study."""
         self.sessions: list[dict] = []
         self.index: dict[str, dict] = {}  # canonical key -> record (the last one wins)
-        self.threads, self.session = threads, None
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 if line.strip():
@@ -140,6 +146,7 @@ class Store:
 
     def add(self, key: dict, values: dict) -> dict:
         if self.session is None:  # the first record of this invocation opens a session
+            self.load()
             self.session = len(self.sessions)
             self.sessions.append(environment(self.threads))
             self._append({"env": self.sessions[-1]})
@@ -166,6 +173,10 @@ def run_plan(
         if budget is not None and elapsed > 60 * budget:
             print(f"time budget of {budget:g} min reached; {len(todo) - i} runs left", flush=True)
             return
+        store.load()
+        if store.get(key) is not None:  # finished meanwhile by another process
+            print(f"[{i + 1}/{len(todo)}] {short(key)}: recorded by another process", flush=True)
+            continue
         begin = time.perf_counter()
         values = run(key)
         values.setdefault("seconds", time.perf_counter() - begin)
@@ -584,7 +595,24 @@ def selftest() -> None:
         assert again == text, "rendering must depend on the records only"
         lines = Path(folder, "toy.jsonl").read_text().splitlines()
         assert sum('"env"' in line for line in lines) == 2 and len(lines) == 6, lines
-    print("selftest passed: budget stop, resume, skip of recorded runs, deterministic render")
+    with tempfile.TemporaryDirectory() as folder:  # a second process finishes the last unit
+        calls.clear()
+        plan = toy.plan(None)
+
+        def shared(key: dict, args: argparse.Namespace) -> dict:
+            if not calls:
+                Store("toy", Path(folder)).add(plan[-1], {"error": 0.5})
+            return run(key, args)
+
+        toy.run = shared
+        text = main(toy, ["--out", folder]).read_text()
+        assert len(calls) == 3 and plan[-1] not in calls and "Missing" not in text, calls
+        lines = Path(folder, "toy.jsonl").read_text().splitlines()
+        assert [json.loads(line).get("session") for line in lines] == [None, 0, None] + [1] * 3
+    print(
+        "selftest passed: budget stop, resume, skip of recorded runs, deterministic render, "
+        "two processes on one study"
+    )
 
 
 if __name__ == "__main__":

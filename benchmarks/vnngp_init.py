@@ -12,7 +12,12 @@ import vnngp_uci
 
 NAME = "vnngp_init"
 STARTS = [("zero", 1.0), ("targets", 1.0), ("targets", 0.1)]
-PRESETS = {"quick": dict(datasets=["pol"], splits=1, max_train=1000, vnngp_iterations=30)}
+PRESETS = {
+    "quick": dict(datasets=["pol"], splits=1, max_train=1000, vnngp_iterations=30),
+    # five times the training (154 epochs): does the constructor's start catch up?
+    "long": dict(datasets=["pol", "kin40k"], splits=1, vnngp_iterations=3000),
+}
+RENDER_PRESETS = ("long",)
 BUDGET = None
 
 
@@ -43,7 +48,8 @@ def render(report, records, missing, args):
     k0 = ok[0]["key"] if ok else vnngp_uci.key_of(args)
     splits = sorted({r["key"]["split"] for r in ok})
     report.head(
-        "VNNGP: where q(u) starts (q_mu = 0 or the targets)",
+        "VNNGP: where q(u) starts (q_mu = 0 or the targets)"
+        + (f", {k0['vnngp_iterations']} steps" if k0["vnngp_iterations"] != 600 else ""),
         records,
         [
             "Each run is `vnngp_uci.run` (`benchmarks/vnngp_uci.py`, whose report states the "
