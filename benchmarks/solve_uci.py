@@ -46,12 +46,29 @@ def plan(args):
             for s, (d, m) in todo for model in args.models]  # fmt: skip
 
 
+def adam_step(model, X, Y, lr):
+    """A compiled Adam step of ``model`` on the rows ``rows`` of (X, Y); returns the loss."""
+    import tensorflow as tf
+    from gpflow.keras import tf_keras
+
+    optimizer, variables = tf_keras.optimizers.Adam(lr), model.trainable_variables
+    X_all, Y_all = tf.constant(X), tf.constant(Y)
+
+    @tf.function
+    def step(rows):
+        with tf.GradientTape() as tape:
+            loss = model.training_loss((tf.gather(X_all, rows), tf.gather(Y_all, rows)))
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    return step
+
+
 def run(key, args):
     import time
 
     import gpflow
     import tensorflow as tf
-    from gpflow.keras import tf_keras
     from scipy.cluster.vq import kmeans2
 
     from gpflow_tight import SOLVEGP, CholeskyError, TightSOLVEGP, TightSVGP, TrainingError
@@ -82,16 +99,7 @@ def run(key, args):
     else:
         cls = TightSVGP if "beta" in kw else gpflow.models.SVGP
         model = cls(inducing_variable=np.vstack([Zu, Zv]), **kw)
-    optimizer, variables = tf_keras.optimizers.Adam(key["lr"]), model.trainable_variables
-    X_all, Y_all = tf.constant(X), tf.constant(Y)
-
-    @tf.function
-    def step(rows):
-        with tf.GradientTape() as tape:
-            loss = model.training_loss((tf.gather(X_all, rows), tf.gather(Y_all, rows)))
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-
+    step = adam_step(model, X, Y, key["lr"])
     out = dict(num_train=N, num_test=len(data.X_test), dim=X.shape[1], error=None)
     try:
         losses, stamps = np.empty(len(orders)), [time.perf_counter()]

@@ -12,7 +12,7 @@ import harness
 import numpy as np
 from power_ep_classification import SETS as UCI_SETS
 from power_ep_classification import load as load_binary
-from solve_uci import MODELS, PAIRS, TRACE_EVERY
+from solve_uci import MODELS, PAIRS, TRACE_EVERY, adam_step
 
 NAME = "tsvgp_classification"
 NUM_IMAGES, NUM_CLASSES = 10_000, 10
@@ -270,7 +270,6 @@ def run(key, args):
     import time
 
     import tensorflow as tf
-    from gpflow.keras import tf_keras
 
     from gpflow_tight import CholeskyError, TrainingError
 
@@ -297,16 +296,7 @@ def run(key, args):
         out["refused"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
         return out
     rows = batch_rows(N, min(key["batch_size"] or N, N), key["steps"], seed)
-    optimizer, variables = tf_keras.optimizers.Adam(key["lr"]), model.trainable_variables
-    X_all, Y_all = tf.constant(X), tf.constant(Y)
-
-    @tf.function
-    def step(batch):
-        with tf.GradientTape() as tape:
-            loss = model.training_loss((tf.gather(X_all, batch), tf.gather(Y_all, batch)))
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-
+    step = adam_step(model, X, Y, key["lr"])
     losses, stamps = [], [time.perf_counter()]
     out["setup_seconds"] = stamps[0] - begin
     try:
