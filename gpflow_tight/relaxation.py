@@ -262,9 +262,8 @@ class SampledOptimalRelaxation(OptimalRelaxation):
 
     def __init__(self, num_samples: int = 10, seed: int | None = None) -> None:
         super().__init__(name="SampledOptimalRelaxation")
-        for name, value in (("num_samples", num_samples), ("seed", seed)):
-            if value is None and name == "seed":
-                continue
+        checked = [("num_samples", num_samples)] + ([("seed", seed)] if seed is not None else [])
+        for name, value in checked:
             if isinstance(value, bool) or not isinstance(value, int | np.integer):
                 raise TypeError(f"`{name}` must be an int, got {value!r}.")
         if num_samples < 1:
