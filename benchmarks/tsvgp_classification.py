@@ -20,6 +20,7 @@ LIKELIHOODS = {
     "softmax": "`gpflow.likelihoods.Softmax(10)` (Monte Carlo expectations, 100 draws)",
     "robustmax": "`gpflow.likelihoods.MultiClass(10)` (robust max, ε = 1e-3 fixed; quadrature)",
     "probit": "`gpflow_tight.ExactProbit()` (p(y=1|f) = Φ(f); Gauss-Hermite expectations)",
+    "logistic": "`gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)` (Gauss-Hermite expectations)",
 }
 # (record field, column title, format, +1 if lower is better else -1)
 METRICS = [
@@ -215,14 +216,20 @@ def batch_rows(N, B, steps, seed):
 def build(key, Z, num_data, dim):
     """The key's model; every model of a split starts from the same Z, kernel and q."""
     import gpflow
+    import tensorflow as tf
 
     from gpflow_tight import SOLVEGP, ExactProbit, TightSOLVEGP, TightSVGP
 
     M, name = key["M"], key["model"]
     order = np.random.default_rng([key["seed"], key["split"], M, 1]).permutation(M)
     Zu, Zv = Z[order[: M // 2]], Z[order[M // 2 :]]
-    if key["likelihood"] == "probit":  # ARD, lengthscales sqrt(D) on standardised inputs
-        lengthscales, latent, likelihood = np.full(dim, dim**0.5), 1, ExactProbit()
+    if key["likelihood"] in ("probit", "logistic"):  # ARD, sqrt(D) on standardised inputs
+        lengthscales, latent = np.full(dim, dim**0.5), 1
+        likelihood = (
+            ExactProbit()
+            if key["likelihood"] == "probit"
+            else gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)
+        )
     else:
         lengthscales, latent = key["lengthscale"], NUM_CLASSES
         likelihood = (
@@ -232,7 +239,7 @@ def build(key, Z, num_data, dim):
         )
     kernel = gpflow.kernels.SquaredExponential(key["kernel_variance"], lengthscales)
     common = dict(kernel=kernel, likelihood=likelihood, num_data=num_data, num_latent_gps=latent)
-    if name.startswith("T-"):
+    if name.startswith("T-") and key["beta"] is not None:  # None: the package's default
         common["beta"] = key["beta"]
     if "SOLVE" in name:
         model = TightSOLVEGP if name.startswith("T-") else SOLVEGP
@@ -241,12 +248,20 @@ def build(key, Z, num_data, dim):
     return model(inducing_variable=np.vstack([Zu, Zv]), **common)
 
 
+def chunks(A, B):
+    return [(A[i : i + CHUNK], B[i : i + CHUNK]) for i in range(0, len(A), CHUNK)]
+
+
+def objective_per_point(model, X, Y):
+    """The model's own objective (its ELBO) on the whole training set, per point."""
+    kl = float(model.prior_kl())  # elbo(chunk) = (N / |chunk|) * its data terms - KL
+    data_terms = sum((float(model.elbo(c)) + kl) * len(c[0]) for c in chunks(X, Y)) / len(X)
+    return (data_terms - kl) / len(X)
+
+
 def evaluate(model, X, Y, X_test, Y_test, seed):
     """Test error and NLL, and the model's own objective on the whole training set."""
     import tensorflow as tf
-
-    def chunks(A, B):
-        return [(A[i : i + CHUNK], B[i : i + CHUNK]) for i in range(0, len(A), CHUNK)]
 
     tf.random.set_seed(seed)  # Softmax's Monte Carlo: the same seed for every model
     probs = np.concatenate([model.predict_y(x)[0].numpy() for x, _ in chunks(X_test, Y_test)])
@@ -254,12 +269,10 @@ def evaluate(model, X, Y, X_test, Y_test, seed):
     log_density = np.concatenate(
         [model.predict_log_density(c).numpy() for c in chunks(X_test, Y_test)]
     )
-    kl = float(model.prior_kl())  # elbo(chunk) = (N / |chunk|) * its data terms - KL
-    data_terms = sum((float(model.elbo(c)) + kl) * len(c[0]) for c in chunks(X, Y)) / len(X)
     out = dict(
         error=float(np.mean(label != Y_test[:, 0])),
         nll=-float(np.mean(log_density)),
-        elbo_per_point=(data_terms - kl) / len(X),
+        elbo_per_point=objective_per_point(model, X, Y),
     )
     if not all(np.isfinite(v) for v in out.values()):
         raise FloatingPointError(f"non-finite evaluation: {out}")
@@ -295,6 +308,11 @@ def run(key, args):
     except (TypeError, ValueError, NotImplementedError) as error:  # the package refused it
         out["refused"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
         return out
+    if key.get("initial_objective"):
+        tf.random.set_seed(seed)
+        out["initial_elbo_per_point"] = objective_per_point(model, X, Y)
+        if key["model"].startswith("T-"):
+            out["initial_beta"] = model.beta.numpy().tolist()
     rows = batch_rows(N, min(key["batch_size"] or N, N), key["steps"], seed)
     step = adam_step(model, X, Y, key["lr"])
     losses, stamps = [], [time.perf_counter()]

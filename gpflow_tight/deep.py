@@ -54,8 +54,10 @@ class TightGPLayer(GPLayer):
         latent GP), ``"none"`` (``GPLayer``'s conditional), or a
         :class:`~gpflow_tight.relaxation.Relaxation` of those kinds. The per-point ``"free"``
         and the Gaussian-likelihood ``"optimal"`` relaxations do not apply to a layer.
-    :param beta: initial :math:`\\beta` (scalar or one per latent GP), default 1. For the last
-        layer of a regression model the Gaussian noise variance is the optimum.
+    :param beta: initial :math:`\\beta` (scalar or one per latent GP), default 1 (a layer does
+        not see the likelihood). For the last layer pass
+        ``gpflow_tight.relaxation.initial_beta(likelihood)``, as ``TightSVGP`` does: the noise
+        variance for a Gaussian likelihood (the optimum), 4 for a logistic Bernoulli.
     :param orthogonal_inducing_variable: an orthogonal inducing set (SOLVE-GP,
         :cite:t:`shi2020sparse`), as for :class:`~gpflow_tight.SOLVEGP`: an array [M_v, D] or
         (shared or separate) inducing variables. The layer's posterior is then

@@ -27,6 +27,9 @@ A relaxation says how :math:`m_n` is obtained:
 * :class:`FreeRelaxation` (``"free"``): a positive :math:`m_n` per training point and latent GP;
 * :class:`SampledOptimalRelaxation` (``"sampled"``): the Bayesian GPLVM's optimum at sampled
   latent inputs (§5), estimated by Monte Carlo.
+
+:func:`initial_beta` gives a likelihood's starting ``beta``: the inverse Fisher information of the
+likelihood at the latent value 0 (the prior mean), which is :math:`\\sigma^2` for a Gaussian.
 """
 
 from typing import Any
@@ -36,7 +39,8 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import Module, Parameter
 from gpflow.config import default_float
-from gpflow.utilities import positive
+from gpflow.likelihoods import Bernoulli, Gaussian, Likelihood, Poisson, Softmax, StudentT
+from gpflow.utilities import Dispatcher, positive
 
 from .validation import ConstructorOnly, graph_message
 
@@ -49,6 +53,7 @@ __all__ = [
     "SampledOptimalRelaxation",
     "conditional_relaxation_term",
     "relaxation_from_beta",
+    "initial_beta",
     "as_relaxation",
 ]
 
@@ -281,6 +286,73 @@ class SampledOptimalRelaxation(OptimalRelaxation):
     def gaussian_residual_term(self, residual: tf.Tensor, noise_variance: tf.Tensor) -> tf.Tensor:
         """The term at residuals of samples (rows of ``residual``), averaged over samples."""
         return -0.5 * tf.reduce_sum(tf.math.log1p(residual / noise_variance)) / self.num_samples
+
+
+initial_beta = Dispatcher("initial_beta")
+initial_beta.__doc__ = """
+The starting ``beta`` of :class:`BetaRelaxation` for a likelihood: :math:`1 / I(0)`, the inverse
+Fisher information :math:`I(f) = \\mathbb E_{y \\mid f}[-\\partial_f^2 \\log p(y \\mid f)]` at
+:math:`f = 0`. Where the prior conditional variance :math:`d_n` is small and the latent mean is 0
+(a model at its prior), the per-point optimum of the tighter bound in :math:`m_n` is
+:math:`1 / (1 + I(0)\\, d_n)` (Bui et al. 2025, eq. 8 with a quadratic log-likelihood; for
+canonical links the curvature does not depend on :math:`y`), which is
+:math:`m_n = \\beta / (d_n + \\beta)` at :math:`\\beta = 1 / I(0)`: :math:`\\sigma^2` for a
+Gaussian (the optimum at every :math:`q`), 4 for a logistic and :math:`\\pi / 2` for a probit
+Bernoulli, :math:`C^2 / (C - 1)` for a :math:`C`-class softmax. Likelihoods without a registered
+rule, or without a finite positive :math:`I(0)` (a robust max), start at 1. Register a rule for
+another likelihood with ``@initial_beta.register(MyLikelihood)``; it returns a positive float.
+"""
+
+
+@initial_beta.register(Likelihood)
+def _initial_beta_default(likelihood: Likelihood) -> float:
+    return 1.0
+
+
+@initial_beta.register(Gaussian)
+def _initial_beta_gaussian(likelihood: Gaussian) -> Any:
+    variance = getattr(likelihood, "variance", None)
+    return variance.numpy() if isinstance(variance, Parameter) else 1.0  # else heteroscedastic
+
+
+def _link_at_zero(invlink: Any) -> tuple[float, float]:
+    """The inverse link and its derivative at 0."""
+    zero = tf.zeros([], dtype=default_float())
+    with tf.GradientTape() as tape:
+        tape.watch(zero)
+        value = invlink(zero)
+    return float(value), float(tape.gradient(value, zero))
+
+
+def _inverse_information(information: float) -> float:
+    return 1.0 / information if np.isfinite(information) and information > 0 else 1.0
+
+
+@initial_beta.register(Bernoulli)
+def _initial_beta_bernoulli(likelihood: Bernoulli) -> float:
+    p, slope = _link_at_zero(likelihood.invlink)
+    return _inverse_information(slope**2 / (p * (1 - p)))
+
+
+@initial_beta.register(Poisson)
+def _initial_beta_poisson(likelihood: Poisson) -> float:
+    rate, slope = _link_at_zero(likelihood.invlink)
+    return _inverse_information(likelihood.binsize * slope**2 / rate)
+
+
+@initial_beta.register(Softmax)
+def _initial_beta_softmax(likelihood: Softmax) -> float:
+    classes = likelihood.num_classes  # each latent's curvature at 0 is p (1 - p), p = 1 / C
+    assert classes is not None  # Softmax sets it
+    return classes**2 / (classes - 1)
+
+
+@initial_beta.register(StudentT)
+def _initial_beta_student_t(likelihood: StudentT) -> float:
+    scale = getattr(likelihood, "scale", None)
+    if not isinstance(scale, Parameter):  # a heteroscedastic scale function
+        return 1.0
+    return float(scale.numpy()) ** 2 * (likelihood.df + 3) / (likelihood.df + 1)
 
 
 def as_relaxation(

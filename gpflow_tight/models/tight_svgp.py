@@ -21,7 +21,7 @@ from gpflow.posteriors import (
 )
 
 from ..projection import marginals_with_residual, project
-from ..relaxation import Relaxation, as_relaxation, conditional_relaxation_term
+from ..relaxation import Relaxation, as_relaxation, conditional_relaxation_term, initial_beta
 from ..validation import (
     check_inducing_variable,
     check_kernel,
@@ -137,8 +137,10 @@ class RelaxedSVGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, SVGP):
         :math:`m_n = \\sigma_n^2/(d_n + \\sigma_n^2)`), or a
         :class:`~gpflow_tight.relaxation.Relaxation`. Fixed at construction.
     :param beta: initial value of ``beta`` for ``relaxation="beta"`` (scalar or one per latent
-        GP); defaults to the likelihood variance for a Gaussian likelihood with constant
-        variance (the optimum), otherwise 1.
+        GP); defaults to :func:`~gpflow_tight.relaxation.initial_beta` of the likelihood, the
+        inverse Fisher information at the prior mean: the noise variance for a Gaussian
+        likelihood with constant variance (the optimum), 4 for a logistic Bernoulli,
+        :math:`C^2/(C-1)` for a :math:`C`-class softmax, 1 where no rule is registered.
 
     All other arguments are SVGP's. Subclasses change the marginals through
     :meth:`latent_marginals_with_residual`.
@@ -172,7 +174,7 @@ class RelaxedSVGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, SVGP):
         self._independent_latents, self._mixes_latents = self._latent_structure()
         relaxation = self._default_relaxation if relaxation is None else relaxation
         if relaxation == "beta" and beta is None:
-            beta = self._default_beta()
+            beta = initial_beta(self.likelihood)
         if relaxation == "optimal" and not isinstance(self.likelihood, Gaussian):
             raise ValueError(
                 f"relaxation='optimal' is the optimum for a Gaussian likelihood, got "
@@ -194,12 +196,6 @@ class RelaxedSVGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, SVGP):
             issubclass(posterior_class, IndependentPosterior),
             issubclass(posterior_class, LinearCoregionalizationPosterior),
         )
-
-    def _default_beta(self) -> Any:
-        variance = getattr(self.likelihood, "variance", None)
-        if isinstance(self.likelihood, Gaussian) and isinstance(variance, Parameter):
-            return variance.numpy()
-        return 1.0
 
     @property
     def beta(self) -> Parameter:
