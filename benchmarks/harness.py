@@ -49,6 +49,7 @@ STUDIES = [
     "gplvm_oil_flow", "solve_cost", "solve_uci", "gpflow_notebooks", "float32", "tight_sgpr_cost",
     "step_flops", "tsvgp_bound", "trieste_loop", "classic_cost", "convolved_cost",
     "decoupled_cost", "power_ep_synthetic", "tsvgp_classification", "power_ep_banana",
+    "gplvm_oil_flow_inits", "vnngp_neighbors", "vnngp_init", "tsvgp_initial_beta",
 ]  # fmt: skip
 
 

@@ -15,7 +15,6 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from gpflow.config import default_float
 from gpflow.kernels import Kernel, LinearCoregionalization
-from gpflow.likelihoods import Gaussian
 from gpflow.posteriors import IndependentPosterior, get_posterior_class
 from gpflux.layers import GPLayer
 from gpflux.models import DeepGP
@@ -25,7 +24,7 @@ from .models.tight_svgp import relaxed_marginals
 from .orthogonal import LatentBlock, check_orthogonal_sets, latent_blocks, orthogonal_sets
 from .posteriors import OrthogonalPosterior
 from .projection import marginals_with_residual, project
-from .relaxation import Relaxation, as_relaxation, conditional_relaxation_term
+from .relaxation import Relaxation, as_relaxation, conditional_relaxation_term, initial_beta
 
 __all__ = ["TightGPLayer", "tighten"]
 
@@ -306,8 +305,9 @@ def tighten(
     builder, e.g. ``gpflux.architectures.build_constant_input_dim_deep_gp``, gives a tight deep GP.
 
     :param hidden_beta: initial :math:`\\beta` of the hidden layers.
-    :param last_beta: initial :math:`\\beta` of the last layer; by default the noise variance
-        of a Gaussian likelihood with constant variance (the optimum for a shallow model), else 1.
+    :param last_beta: initial :math:`\\beta` of the last layer; by default
+        :func:`~gpflow_tight.relaxation.initial_beta` of the likelihood, as for ``TightSVGP``
+        (the noise variance of a Gaussian likelihood with constant variance, the optimum).
     :param orthogonal_inducing_variables: optionally one orthogonal inducing set (or ``None``)
         per layer of ``model.f_layers``, as ``TightGPLayer``'s ``orthogonal_inducing_variable``.
     """
@@ -319,10 +319,7 @@ def tighten(
             f"model has {len(model.f_layers)}, got {len(orthogonal_inducing_variables)}."
         )
     if last_beta is None:
-        likelihood = model.likelihood_layer.likelihood
-        variance = getattr(likelihood, "variance", None)
-        constant = isinstance(likelihood, Gaussian) and variance is not None
-        last_beta = variance.numpy() if constant and variance is not None else 1.0
+        last_beta = initial_beta(model.likelihood_layer.likelihood)
     layers = []
     for depth, (layer, orthogonal) in enumerate(zip(model.f_layers, orthogonal_inducing_variables)):
         if isinstance(layer, GPLayer) and not isinstance(layer, TightGPLayer):
