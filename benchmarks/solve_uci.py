@@ -52,6 +52,7 @@ def arguments(parser):
         "much for --stop-patience epochs (0: run all --steps)",
     )
     parser.add_argument("--stop-patience", type=int, default=5, help="epochs (--stop-tol)")
+    parser.add_argument("--threads", type=int, help="TensorFlow threads (default: its own)")
 
 
 def settings(args):
