@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 NAME = "power_ep_regression"
 CONVERGED_CAP = 20000
 ALPHAS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)
+INDEX = {a: j for j, a in enumerate(ALPHAS)}  # alpha -> its column
 DATASETS = {  # name -> (uci_gal folder, pseudo-point numbers M)
     "yacht": ("yacht", (10, 50, 100)),
     "boston": ("bostonHousing", (10, 50, 100)),
@@ -212,7 +213,7 @@ def render(report, records, missing, args):
     if not complete:
         return
     stats = {m: summary(complete, m) for m in METRICS}
-    i = {a: ALPHAS.index(a) for a in ALPHAS}
+    i = INDEX
     report.section("Pairwise comparisons beside the paper")
     report.add(f"Fraction of the {len(complete)} settings where A has the lower (better) metric; "
                "paper: §4.2 (fig. 4A) over 8 sets x 20 splits x its M grid. Per dataset: the "
@@ -336,7 +337,7 @@ def compare_maxiter(store, records, args):
             f"{np.median(gain):.3f} (at most {max(gain):.3f}); "
             f"{sum(r['converged'] for r, _ in pairs)} of {len(pairs)} fits converged.")  # fmt: skip
     for metric, a, b, *_ in PAPER_PAIRS:
-        x, y = (summary(c, metric)[1][ALPHAS.index(a), ALPHAS.index(b)] for c in (short, full))
+        x, y = (summary(c, metric)[1][INDEX[a], INDEX[b]] for c in (short, full))
         text += f" {metric} {name(a, 1)} beats {name(b, 1)}: {100 * x:.0f}% -> {100 * y:.0f}%;"
     for metric in METRICS:
         x, y = (summary(c, metric)[2].mean(0) for c in (short, full))
@@ -360,7 +361,7 @@ def stopping_table(report, complete):
     report.add("Each row recomputes the pairwise fractions from the test metrics every fit had "
                "after that many L-BFGS iterations (a fit that had already converged counts with "
                "its final metrics), over the settings above.", "")  # fmt: skip
-    i = {a: ALPHAS.index(a) for a in ALPHAS}
+    i = INDEX
     rows = []
     for iteration in (*CHECKPOINTS, None):
         stopped = {s: [at(r, iteration) for r in v] for s, v in complete.items()}
@@ -388,7 +389,7 @@ def converged_findings(complete):
     if not done:
         return [text + "."]
     smll = summary(done, "SMLL")
-    i = {a: ALPHAS.index(a) for a in ALPHAS}
+    i = INDEX
     fitc = {b: smll[1][i[1.0], i[b]] for b in (0.0, 0.5)}
     verdict = ("not decided yet (fewer than 10 settings)" if len(done) < 10
                else "confirmed" if fitc[0.0] >= 0.8 and fitc[0.5] > 0.5

@@ -177,11 +177,12 @@ def render(report, records, missing, args):
     sets = list(dict.fromkeys(r["key"]["dataset"] for r in records))
     configs = sorted({(r["key"]["dataset"], r["key"]["M"]) for r in records},
                      key=lambda c: (sets.index(c[0]), c[1]))  # fmt: skip
-    k = records[0]["key"] if records else harness.keyed(args, SETTINGS)
+    k = records[0]["key"] if records else harness.keyed(args, settings(args))
     splits = sorted({r["key"]["split"] for r in records})
     epochs = {r["key"]["dataset"]: k["steps"] * k["batch_size"] / r["num_train"] for r in records}
     stopping = k.get("stop_tol")
-    left_out = sorted(set(PAPER_SETS) - {c[0] for c in configs})
+    names = {c[0] for c in configs}
+    left_out = sorted(set(PAPER_SETS) - names)
     protocol = [
         "Paper (Bui, Ashman & Turner 2025, §6.3): SVGP, T-SVGP, SOLVEGP, "
         "T-SOLVEGP (eq. 14), M in {256, 512, 1024} (split evenly between u and v for the SOLVE "
@@ -194,7 +195,7 @@ def render(report, records, missing, args):
             if stopping
             else "**Scaled down here**: "
         )
-        + f"{len({c[0] for c in configs})} set{'s' * (len({c[0] for c in configs}) != 1)}, "
+        + f"{len(names)} set{'s' * (len(names) != 1)}, "
         + "; ".join(
             f"M = {m} on {', '.join(d for d, mm in configs if mm == m)}"
             for m in sorted({c[1] for c in configs})
