@@ -313,8 +313,8 @@ def paper_protocol(k, args, splits, records):
         "Test predictions: `predict_y` (RMSE of the mean) and `predict_log_density` on the whole "
         "test split; VNNGP predicts from the K nearest inducing inputs of each test input. The "
         "paper columns of the GPyTorch rows repeat the paper's VNNGP.",
-        f"Threads: TensorFlow {args.threads} intra-op and inter-op, torch and faiss "
-        f"{args.threads}; one process at a time (times are indicative only).",
+        "Threads: TensorFlow intra-op and inter-op, torch and faiss, as many as the header's "
+        "machine line says; other jobs may share the cores (times are indicative only).",
     ]  # fmt: skip
     hours = sum(r.get("train_seconds", 0) + r.get("predict_seconds", 0) for r in records) / 3600
     protocol[-1] += f" Training and prediction took {hours:.1f} h in all."
@@ -362,8 +362,8 @@ def scaled_protocol(k, args, splits, records):
         f"and trained, data batch {k['batch_size']}, Adam lr {k['svgp_lr']}.",
         "Test predictions: `predict_y` (RMSE of the mean) and `predict_log_density` on the whole "
         "test split; VNNGP predicts from the K nearest inducing inputs of each test input.",
-        f"Threads: TensorFlow {args.threads} intra-op and inter-op; one process at a time "
-        f"(times are indicative only). Training and prediction took "
+        "Threads: TensorFlow intra-op and inter-op, as many as the header's machine line says; "
+        "other jobs may share the cores (times are indicative only). Training and prediction took "
         f"{sum(r['train_seconds'] + r['predict_seconds'] for r in records) / 60:.1f} min in all.",
     ]  # fmt: skip
 
