@@ -799,7 +799,7 @@ class VNNGPPosterior(FusedFromCache):
         \\textstyle\\sum_l a_{*l}^2 s_{n(*)_l}\\big),\\qquad
         \\mathbf a_* = (K_{n(*)n(*)} + \\epsilon I)^{-1}\\mathbf k_{n(*)*}
 
-    (eq. 25 at a test input). The neighbours come from
+    (eq. 25 at a test input), with the model's jitter :math:`\\epsilon`. The neighbours come from
     :func:`~gpflow_tight.neighbors.graph_nearest_neighbors`, so the posterior predicts the same
     eagerly, under ``tf.function`` and in a SavedModel, with memory :math:`O(N_* K)` for the
     neighbours; rows are processed in chunks of ``prediction_batch_size``, each costing
@@ -834,6 +834,8 @@ class VNNGPPosterior(FusedFromCache):
     :param inducing_variable: ``InducingPoints`` with the inducing inputs [M, D].
     :param num_neighbors: K, the nearest inducing inputs per test input, 1 ≤ K ≤ M.
     :param prediction_batch_size: rows of ``Xnew`` per chunk.
+    :param jitter: :math:`\\epsilon` (default ``gpflow.config.default_jitter()`` at
+        construction; read-only).
     :param q_sqrt_offdiag: the off-diagonal entries [M, K', L] of the factor (nearest-neighbour
         q only).
     :param prior_neighbors: their columns, integer rows [M, K'] of Z padded with -1 (the
@@ -860,6 +862,7 @@ class VNNGPPosterior(FusedFromCache):
         prediction_batch_size: int = 10_000,
         q_sqrt_offdiag: Any = None,
         prior_neighbors: Any = None,
+        jitter: float | None = None,
     ) -> None:
         super().__init__(kernel, inducing_variable, mean_function=mean_function)
         self.inducing_variable = inducing_variable
@@ -884,6 +887,7 @@ class VNNGPPosterior(FusedFromCache):
                 raise ValueError(f"`{name}` must be at least 1{bound}, got {value}.")
         self._num_neighbors = int(num_neighbors)
         self._prediction_batch_size = int(prediction_batch_size)
+        self._jitter = float(default_jitter() if jitter is None else jitter)
         if precompute_cache is not None:
             self.update_cache(precompute_cache)
 
@@ -896,6 +900,11 @@ class VNNGPPosterior(FusedFromCache):
     def prediction_batch_size(self) -> int:
         """Rows of ``Xnew`` per chunk (read-only)."""
         return self._prediction_batch_size
+
+    @property
+    def jitter(self) -> float:
+        """:math:`\\epsilon`, added to every neighbour block (read-only)."""
+        return self._jitter
 
     @staticmethod
     @check_shapes(
@@ -912,6 +921,7 @@ class VNNGPPosterior(FusedFromCache):
         X: Any,
         neighbors: Any,
         mask: Any = None,
+        jitter: float | None = None,
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """
         The conditional of :math:`f(\\mathbf x)` on the inducing variables of its neighbours
@@ -919,7 +929,8 @@ class VNNGPPosterior(FusedFromCache):
         I)^{-1}\\mathbf k_{nx}` and :math:`c = \\max(k_{xx} - \\mathbf k_{nx}^\\top\\mathbf a,
         0)`, clipped at 0 where the exact conditional variance lies (the package's round-off
         policy for residual variances, as :func:`~gpflow_tight.projection.residual_variance`).
-        Entries where ``mask`` is ``False`` are padding: identity rows and columns of
+        ``jitter`` is :math:`\\epsilon` (default ``gpflow.config.default_jitter()``). Entries
+        where ``mask`` is ``False`` are padding: identity rows and columns of
         :math:`K_{nn}`, no covariance, so their :math:`a` is 0 (the Vecchia prior's :math:`j
         \\le K`).
 
@@ -944,7 +955,8 @@ class VNNGPPosterior(FusedFromCache):
         if mask is not None:  # one select each, forward and backward
             K_nn = tf.where(mask[:, :, None] & mask[:, None, :], K_nn, eye)
             k_nx = tf.where(mask, k_nx, tf.zeros_like(k_nx))
-        a, c = _gaussian_conditional_weights(K_nn + default_jitter() * eye, k_nx, k_xx)
+        epsilon = default_jitter() if jitter is None else jitter
+        a, c = _gaussian_conditional_weights(K_nn + epsilon * eye, k_nx, k_xx)
         return a, tf.maximum(c, 0.0)
 
     @staticmethod
@@ -1083,7 +1095,7 @@ class VNNGPPosterior(FusedFromCache):
         L` [N, M] scattered from the rows of the factor. :math:`O(N^2 M)`.
         """
         neighbors = graph_nearest_neighbors(Z, Xnew, self._num_neighbors)
-        a, c = self.conditional_on_neighbors(self.kernel, Z, Xnew, neighbors)
+        a, c = self.conditional_on_neighbors(self.kernel, Z, Xnew, neighbors, jitter=self._jitter)
         rows = tf.broadcast_to(tf.range(tf.shape(neighbors)[0])[:, None], tf.shape(neighbors))
         shape = tf.stack([tf.shape(Xnew)[0], tf.shape(Z)[0]])
         A = tf.scatter_nd(tf.stack([rows, tf.cast(neighbors, rows.dtype)], axis=-1), a, shape)
@@ -1118,7 +1130,7 @@ class VNNGPPosterior(FusedFromCache):
         ) -> tuple[tf.Tensor, tf.TensorArray, tf.TensorArray]:
             X = Xnew[index * chunk : (index + 1) * chunk]
             neighbors = graph_nearest_neighbors(Z, X, self._num_neighbors)
-            a, c = self.conditional_on_neighbors(self.kernel, Z, X, neighbors)
+            a, c = self.conditional_on_neighbors(self.kernel, Z, X, neighbors, jitter=self._jitter)
             mean = tf.einsum("bk,bkl->bl", a, tf.gather(residual, neighbors))
             variance = c[:, None] + self._spread(covariance, neighbors, a)
             return index + 1, means.write(index, mean), covariances.write(index, variance)

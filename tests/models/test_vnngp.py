@@ -73,9 +73,9 @@ def brute_force_prior_neighbors(Z, order, k):
     return sets
 
 
-def dense_nn_precision(Z, neighbor_sets):
+def dense_nn_precision(Z, neighbor_sets, jitter=JITTER):
     """(I - B)ᵀ F⁻¹ (I - B): the precision of the nearest-neighbour prior of K_ZZ + εI (§1.2)."""
-    K = se_kernel(Z, Z, VARIANCE, LENGTHSCALE) + JITTER * np.eye(len(Z))
+    K = se_kernel(Z, Z, VARIANCE, LENGTHSCALE) + jitter * np.eye(len(Z))
     B, F = np.zeros_like(K), np.zeros(len(Z))
     for j, n in enumerate(neighbor_sets):
         b = np.linalg.solve(K[np.ix_(n, n)], K[n, j]) if len(n) else np.zeros(0)
@@ -85,17 +85,17 @@ def dense_nn_precision(Z, neighbor_sets):
     return I_B.T @ np.diag(1 / F) @ I_B
 
 
-def dense_vecchia_covariance(Z, neighbor_sets):
+def dense_vecchia_covariance(Z, neighbor_sets, jitter=JITTER):
     """K̃ = ((I - B)ᵀ F⁻¹ (I - B))⁻¹: the Vecchia prior (Wu et al. 2022, eq. 9) of K_ZZ + εI."""
-    return np.linalg.inv(dense_nn_precision(Z, neighbor_sets))
+    return np.linalg.inv(dense_nn_precision(Z, neighbor_sets, jitter))
 
 
-def dense_q_f(X, Z, q_mu, q_sqrt, k, mean=0.0):
+def dense_q_f(X, Z, q_mu, q_sqrt, k, mean=0.0, jitter=JITTER):
     """Eq. 25 with brute-force neighbours: the marginals of q(f) at X."""
     means, variances = [], []
     for x in X:
         n = np.argsort(np.sum((Z - x) ** 2, axis=1))[:k]
-        K_nn = se_kernel(Z[n], Z[n], VARIANCE, LENGTHSCALE) + JITTER * np.eye(len(n))
+        K_nn = se_kernel(Z[n], Z[n], VARIANCE, LENGTHSCALE) + jitter * np.eye(len(n))
         k_nx = se_kernel(Z[n], x[None], VARIANCE, LENGTHSCALE)[:, 0]
         a = np.linalg.solve(K_nn, k_nx)
         means.append(mean + a @ (q_mu[n] - mean))
@@ -344,6 +344,34 @@ def test_elbo_and_predictions_equal_dense_formula(rng):
     np.testing.assert_allclose(y_var.numpy(), var + NOISE, rtol=1e-9)
 
 
+def test_jitter_argument_is_the_epsilon_of_every_formula(rng):
+    """``jitter`` is the ε of the Vecchia prior of K_ZZ + εI (KL) and of eq. 25 (data term and
+    predictions), against the dense formulas at that ε; it is fixed at construction, so a
+    later change of GPflow's default jitter changes nothing, and the default is GPflow's."""
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    epsilon = 1e-2
+    model = model_for(Z, q_mu, q_sqrt, 3, num_data=len(X), jitter=epsilon)
+    assert model.jitter == epsilon and model.posterior().jitter == epsilon
+    sets = brute_force_prior_neighbors(Z, model.ordering, 3)
+    kl = gauss_kl(
+        q_mu[:, 0], np.diag(q_sqrt[:, 0] ** 2), dense_vecchia_covariance(Z, sets, epsilon)
+    )
+    mean, var = dense_q_f(X, Z, q_mu, q_sqrt, 3, jitter=epsilon)
+    reference = gaussian_expectation(Y, mean, var) - kl
+    with gpflow.config.as_context(gpflow.config.Config(jitter=0.5)):  # read at construction only
+        np.testing.assert_allclose(model.prior_kl().numpy(), kl, rtol=1e-9)
+        np.testing.assert_allclose(model.elbo((X, Y)).numpy(), reference, rtol=1e-9)
+        elbo = tf.function(model.elbo)
+        np.testing.assert_allclose(elbo(model.training_data(X, Y)).numpy(), reference, rtol=1e-9)
+        f_mean, f_var = model.predict_f(X)
+    np.testing.assert_allclose(f_mean.numpy(), mean, rtol=1e-9)
+    np.testing.assert_allclose(f_var.numpy(), var, rtol=1e-9)
+    # the default ε gives measurably different numbers, so the checks above have teeth
+    default = model_for(Z, q_mu, q_sqrt, 3, num_data=len(X))
+    assert default.jitter == gpflow.config.default_jitter()
+    assert abs(default.elbo((X, Y)).numpy() - reference) > 1e-3
+
+
 def test_full_covariance_equals_dense_formula(rng):
     """
     Each test value is conditioned on its own K nearest inducing variables, independently given
@@ -551,6 +579,7 @@ def test_graph_neighbours_give_the_kd_tree_numbers(rng, monkeypatch):
         "prediction_batch_size",
         "num_data",
         "ordering",
+        "jitter",
     ],
 )
 def test_settings_read_when_tracing_are_fixed_at_construction(rng, name):
@@ -559,7 +588,7 @@ def test_settings_read_when_tracing_are_fixed_at_construction(rng, name):
     with pytest.raises(AttributeError, match="build a new model"):
         setattr(model, name, getattr(model, name))
     posterior = model.posterior()
-    for setting in ("num_neighbors", "prediction_batch_size"):
+    for setting in ("num_neighbors", "prediction_batch_size", "jitter"):
         with pytest.raises(AttributeError):
             setattr(posterior, setting, 1)
 
@@ -842,6 +871,9 @@ def test_checkpoint_round_trip(rng, tmp_path):
         (dict(q_mu=np.zeros((11, 1))), ValueError, "q_mu"),
         (dict(q_sqrt=-np.ones((12, 1))), ValueError, "strictly positive"),
         (dict(inducing_batch_size=0), ValueError, "inducing_batch_size"),
+        (dict(jitter=-1e-6), ValueError, "`jitter` must be finite and non-negative"),
+        (dict(jitter=np.nan), ValueError, "`jitter` must be finite and non-negative"),
+        (dict(jitter="1e-3"), TypeError, "`jitter` must be a float"),
     ],
 )
 def test_bad_settings_raise_clear_errors(rng, kwargs, error, match):
@@ -1085,8 +1117,9 @@ def test_float32_conditional_is_close_to_float64(rng, offset):
 def test_from_data_starts_q_at_the_targets(rng):
     """Z = the distinct rows of X; q_mu = the mean target over each row's repeats (a loop
     here), q_sqrt = q_sqrt_scale x each target column's standard deviation; num_data = N; the
-    model is the constructor's with these values (equal ELBO). Other likelihoods keep the
-    constructor's start; q(u) arguments and bad data are refused."""
+    model is the constructor's with these values and jitter 1e-3 (equal ELBO), unless another
+    jitter is given. Other likelihoods keep the constructor's start; q(u) arguments and bad data
+    are refused."""
     X = rng.uniform(-3, 3, (20, 2))
     X = np.concatenate([X, X[:6], X[:2]])  # repeated inputs
     Y = np.concatenate([np.sin(X[:, :1]), np.cos(X[:, 1:])], 1) + 0.1 * rng.standard_normal(
@@ -1101,11 +1134,13 @@ def test_from_data_starts_q_at_the_targets(rng):
         same = np.all(X == z, axis=1)
         np.testing.assert_allclose(mean, Y[same].mean(0), rtol=1e-12)
     np.testing.assert_allclose(model.q_sqrt.numpy(), np.tile(0.2 * Y.std(0), (20, 1)))
+    assert model.jitter == 1e-3
     reference = VNNGP(kernel(), gpflow.likelihoods.Gaussian(NOISE), Z, 4, num_latent_gps=2,
                       q_mu=model.q_mu.numpy(), q_sqrt=model.q_sqrt.numpy(), num_data=len(X),
-                      seed=3)  # fmt: skip
+                      seed=3, jitter=1e-3)  # fmt: skip
     data = model.training_data(X, Y)
     np.testing.assert_allclose(model.elbo(data), reference.elbo(data), rtol=1e-12)
+    assert VNNGP.from_data((X, Y), kernel(), likelihood, 4, jitter=1e-6).jitter == 1e-6
 
     bernoulli = VNNGP.from_data((X, (Y[:, :1] > 0).astype(float)), kernel(),
                                 gpflow.likelihoods.Bernoulli(), 4)  # fmt: skip
