@@ -834,8 +834,8 @@ class VNNGPPosterior(FusedFromCache):
     :param inducing_variable: ``InducingPoints`` with the inducing inputs [M, D].
     :param num_neighbors: K, the nearest inducing inputs per test input, 1 ≤ K ≤ M.
     :param prediction_batch_size: rows of ``Xnew`` per chunk.
-    :param jitter: :math:`\\epsilon` (default ``gpflow.config.default_jitter()`` at
-        construction; read-only).
+    :param jitter: :math:`\\epsilon` (read-only; ``None``: ``gpflow.config.default_jitter()``
+        whenever it is used).
     :param q_sqrt_offdiag: the off-diagonal entries [M, K', L] of the factor (nearest-neighbour
         q only).
     :param prior_neighbors: their columns, integer rows [M, K'] of Z padded with -1 (the
@@ -887,7 +887,7 @@ class VNNGPPosterior(FusedFromCache):
                 raise ValueError(f"`{name}` must be at least 1{bound}, got {value}.")
         self._num_neighbors = int(num_neighbors)
         self._prediction_batch_size = int(prediction_batch_size)
-        self._jitter = float(default_jitter() if jitter is None else jitter)
+        self._jitter = jitter
         if precompute_cache is not None:
             self.update_cache(precompute_cache)
 
@@ -902,7 +902,7 @@ class VNNGPPosterior(FusedFromCache):
         return self._prediction_batch_size
 
     @property
-    def jitter(self) -> float:
+    def jitter(self) -> float | None:
         """:math:`\\epsilon`, added to every neighbour block (read-only)."""
         return self._jitter
 

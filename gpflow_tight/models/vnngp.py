@@ -118,11 +118,12 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
       the ``num_neighbors_predict`` (default ``num_neighbors``) nearest inducing points of each
       test input (eqs. 9, 25), found by the same graph search eagerly, under ``tf.function`` and
       in an exported SavedModel, in chunks of ``prediction_batch_size`` rows.
-    - The same jitter :math:`\\epsilon` (``jitter``; default ``gpflow.config.default_jitter()``
-      when the model is built) is added to every neighbour block and to :math:`F_j`, so the
-      prior is exactly the Vecchia approximation of :math:`K_{ZZ} + \\epsilon I`. With M = N on
-      dense, smooth data GPflow's 1e-6 makes the conditional variances :math:`F_j` tiny and the
-      KL stiff, which slows Adam badly; :meth:`from_data` uses 1e-3, GPyTorch's ``jitter_val``
+    - The same jitter :math:`\\epsilon` (``jitter``; by default GPflow's
+      ``gpflow.config.default_jitter()``, read when a loss or prediction is computed, as GPflow's
+      models do) is added to every neighbour block and to :math:`F_j`, so the prior is exactly
+      the Vecchia approximation of :math:`K_{ZZ} + \\epsilon I`. With M = N on dense, smooth
+      data GPflow's 1e-6 makes the conditional variances :math:`F_j` tiny and the KL stiff,
+      which slows Adam badly; :meth:`from_data` uses 1e-3, GPyTorch's ``jitter_val``
       with which the paper's results were made (``benchmarks/results/vnngp_uci_paper.md``).
 
     - ``q="nearest_neighbor"`` (the paper's Appendix B, with the spec's errata) replaces the
@@ -167,7 +168,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
     :param q_sqrt_offdiag: initial off-diagonal entries [M, K, L] of the factor, in the columns
         of :attr:`prior_neighbors` (default 0: the mean-field q); ``q="nearest_neighbor"`` only.
     :param jitter: :math:`\\epsilon`, added to every neighbour covariance block and conditional
-        variance (≥ 0; default ``gpflow.config.default_jitter()`` at construction).
+        variance (≥ 0; ``None``, the default: ``gpflow.config.default_jitter()`` whenever it is
+        used).
     """
 
     _constructor_only = (
@@ -203,12 +205,12 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         jitter: float | None = None,
     ) -> None:
         check_num_data(num_data)
-        if jitter is None:
-            jitter = default_jitter()
-        if isinstance(jitter, bool) or not isinstance(jitter, float | int | np.floating):
-            raise TypeError(f"`jitter` must be a float, got {jitter!r}.")
-        if not np.isfinite(jitter) or jitter < 0:
-            raise ValueError(f"`jitter` must be finite and non-negative, got {jitter}.")
+        if jitter is not None:
+            if isinstance(jitter, bool) or not isinstance(jitter, float | int | np.floating):
+                raise TypeError(f"`jitter` must be a float or None, got {jitter!r}.")
+            if not np.isfinite(jitter) or jitter < 0:
+                raise ValueError(f"`jitter` must be finite and non-negative, got {jitter}.")
+            jitter = float(jitter)
         if not isinstance(q, str) or q not in Q_FAMILIES:
             raise ValueError(
                 f"`q` must be one of {', '.join(map(repr, Q_FAMILIES))} (the variational family "
@@ -240,7 +242,7 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             prediction_batch_size, "prediction_batch_size", None
         )
         self.num_data = num_data
-        self.jitter = float(jitter)
+        self.jitter = jitter
         # Created untrainable rather than by `gpflow.set_trainable` afterwards: under a
         # tf.distribute strategy the mirrored variable would stay trainable.
         self.inducing_variable = gpflow.inducing_variables.InducingPoints(
@@ -554,7 +556,7 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         b, F = VNNGPPosterior.conditional_on_neighbors(
             self.kernel, Z, tf.gather(Z, indices), neighbors, mask, jitter=self.jitter
         )
-        F = F + self.jitter  # Vecchia conditional of K_ZZ + εI
+        F = F + (default_jitter() if self.jitter is None else self.jitter)  # of K_ZZ + εI
         b = b * tf.cast(mask, b.dtype)
         if self.q_sqrt_offdiag is not None:
             return self._factor_kl_terms(indices, neighbors, b, F)

@@ -346,8 +346,9 @@ def test_elbo_and_predictions_equal_dense_formula(rng):
 
 def test_jitter_argument_is_the_epsilon_of_every_formula(rng):
     """``jitter`` is the ε of the Vecchia prior of K_ZZ + εI (KL) and of eq. 25 (data term and
-    predictions), against the dense formulas at that ε; it is fixed at construction, so a
-    later change of GPflow's default jitter changes nothing, and the default is GPflow's."""
+    predictions), against the dense formulas at that ε, whatever GPflow's default jitter is
+    when they are computed; without it (None) the model reads GPflow's default then, as GPflow's
+    models do."""
     X, Y, Z, q_mu, q_sqrt = make_problem(rng)
     epsilon = 1e-2
     model = model_for(Z, q_mu, q_sqrt, 3, num_data=len(X), jitter=epsilon)
@@ -358,7 +359,7 @@ def test_jitter_argument_is_the_epsilon_of_every_formula(rng):
     )
     mean, var = dense_q_f(X, Z, q_mu, q_sqrt, 3, jitter=epsilon)
     reference = gaussian_expectation(Y, mean, var) - kl
-    with gpflow.config.as_context(gpflow.config.Config(jitter=0.5)):  # read at construction only
+    with gpflow.config.as_context(gpflow.config.Config(jitter=0.5)):  # not read: ε is given
         np.testing.assert_allclose(model.prior_kl().numpy(), kl, rtol=1e-9)
         np.testing.assert_allclose(model.elbo((X, Y)).numpy(), reference, rtol=1e-9)
         elbo = tf.function(model.elbo)
@@ -368,8 +369,12 @@ def test_jitter_argument_is_the_epsilon_of_every_formula(rng):
     np.testing.assert_allclose(f_var.numpy(), var, rtol=1e-9)
     # the default ε gives measurably different numbers, so the checks above have teeth
     default = model_for(Z, q_mu, q_sqrt, 3, num_data=len(X))
-    assert default.jitter == gpflow.config.default_jitter()
+    assert default.jitter is None and default.posterior().jitter is None
     assert abs(default.elbo((X, Y)).numpy() - reference) > 1e-3
+    with gpflow.config.as_context(gpflow.config.Config(jitter=epsilon)):  # GPflow's, read now
+        np.testing.assert_allclose(default.elbo((X, Y)).numpy(), reference, rtol=1e-9)
+        f_mean, f_var = default.predict_f(X)
+    np.testing.assert_allclose(f_var.numpy(), var, rtol=1e-9)
 
 
 def test_full_covariance_equals_dense_formula(rng):
@@ -873,7 +878,7 @@ def test_checkpoint_round_trip(rng, tmp_path):
         (dict(inducing_batch_size=0), ValueError, "inducing_batch_size"),
         (dict(jitter=-1e-6), ValueError, "`jitter` must be finite and non-negative"),
         (dict(jitter=np.nan), ValueError, "`jitter` must be finite and non-negative"),
-        (dict(jitter="1e-3"), TypeError, "`jitter` must be a float"),
+        (dict(jitter="1e-3"), TypeError, "`jitter` must be a float or None"),
     ],
 )
 def test_bad_settings_raise_clear_errors(rng, kwargs, error, match):
