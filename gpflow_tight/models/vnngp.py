@@ -553,10 +553,11 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         table = tf.gather(self._prior_table, indices)
         mask = table >= 0  # rows with fewer than K predecessors are padded with -1
         neighbors = tf.where(mask, table, tf.zeros_like(table))
+        epsilon = default_jitter() if self.jitter is None else self.jitter
         b, F = VNNGPPosterior.conditional_on_neighbors(
-            self.kernel, Z, tf.gather(Z, indices), neighbors, mask, jitter=self.jitter
+            self.kernel, Z, tf.gather(Z, indices), neighbors, mask, jitter=epsilon
         )
-        F = F + (default_jitter() if self.jitter is None else self.jitter)  # of K_ZZ + εI
+        F = F + epsilon  # the same ε: the Vecchia conditional of K_ZZ + εI
         b = b * tf.cast(mask, b.dtype)
         if self.q_sqrt_offdiag is not None:
             return self._factor_kl_terms(indices, neighbors, b, F)
