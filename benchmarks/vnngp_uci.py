@@ -57,6 +57,7 @@ def _has_paper_records():
 
 RENDER_PRESETS = ("paper",) if _has_paper_records() else ()
 GPYTORCH_PYTHON = "/work/gpytorch-venv/bin/python"
+GPFLOW_JITTER = 1e-6  # gpflow.config.default_jitter(): what a VNNGP key without vnngp_jitter ran at
 BUDGET = 45
 
 
@@ -264,9 +265,9 @@ def gpytorch_bullet(k, records):
 
 
 def vnngp_jitter(records, k):
-    """Our VNNGP's jitter in the records (GPflow's default 1e-6 where the key has none)."""
+    """Our VNNGP's jitter in the records (GPflow's default where the key has none)."""
     keys = [r["key"] for r in records if r["key"]["model"] == "VNNGP"] or [k]
-    values = sorted({key.get("vnngp_jitter", 1e-6) for key in keys})
+    values = sorted({key.get("vnngp_jitter", GPFLOW_JITTER) for key in keys})
     return " and ".join(f"{v:g}" for v in values) + (
         " (GPyTorch's `jitter_val`, as `VNNGP.from_data`)" if values == [1e-3] else ""
     )
