@@ -438,7 +438,7 @@ def render(report, records, missing, args):
             paper = PAPER[d].get(name, ("—",) * 3)
             nll, rmse = (np.mean([r[x] for r in mine]) for x in ("nll", "rmse"))
             worse += name in PAPER[d] and nll > number(paper[0])
-            rows.append([m, harness.pm([r["nll"] for r in mine]), paper[0],
+            rows.append([m, str(len(mine)), harness.pm([r["nll"] for r in mine]), paper[0],
                          harness.pm([r["rmse"] for r in mine]), paper[1],
                          f"{np.mean([r['noise'] for r in mine]):.4f}", paper[2],
                          f"{int(np.mean([r['num_inducing'] for r in mine])):,}",
@@ -448,10 +448,10 @@ def render(report, records, missing, args):
                                                        PAPER[d] else ""))  # fmt: skip
         exact = PAPER[d]["ExactGP"]
         rows.append(
-            ["ExactGP (paper only)", "—", exact[0], "—", exact[1], "—", exact[2]] + ["—"] * 3
+            ["ExactGP (paper only)", "—", "—", exact[0], "—", exact[1], "—", exact[2]] + ["—"] * 3
         )
-        report.table(["model", "NLL here", "NLL paper", "RMSE here", "RMSE paper", "noise here",
-                      "noise paper", "M", "train s", "predict s"], rows)  # fmt: skip
+        report.table(["model", "splits", "NLL here", "NLL paper", "RMSE here", "RMSE paper",
+                      "noise here", "noise paper", "M", "train s", "predict s"], rows)  # fmt: skip
         summary.append(cells)
         if "VNNGP" in models and "SVGP" in models:
             here = [np.mean([r[x] for r in models["VNNGP"]]) - np.mean([r[x] for r in
@@ -464,6 +464,7 @@ def render(report, records, missing, args):
             tight += [(r, pairs[r["key"]["split"]]) for r in models["TightSVGP"]
                       if r["key"]["split"] in pairs]  # fmt: skip
     report.section("Summary: NLL / RMSE here (paper)")
+    report.add("Means over each model's own splits (the tables above give how many).", "")
     report.table(["dataset", *shown], summary)
     report.section("VNNGP against SVGP: better on which sets, here and in the paper")
     report.add("Differences VNNGP − SVGP of the mean test NLL and RMSE (negative: VNNGP "
