@@ -284,7 +284,7 @@ def paper_protocol(k, args, splits, records):
     """The protocol of the paper-size study (``--epochs``): what the paper did, what we did."""
     init = ("the training target at each inducing input (mean over duplicates)"
             if k["vnngp_init"] == "targets" else "0")  # fmt: skip
-    svgp_batch = args.svgp_batch_size or k["batch_size"]
+    svgp_batch = key_of(args, model="SVGP")["batch_size"]
     svgp_batches = (f" ({svgp_batch} for SVGP and TightSVGP)"
                     if svgp_batch != k["batch_size"] else "")  # fmt: skip
     protocol = [
