@@ -659,9 +659,9 @@ def jitter_section(report, by):
 
 
 def paper_grid_section(report, by, name, other, say):
-    """The planned runs beside the same runs at the paper's other value of one setting of its
-    grid (learning rate 0.005 or 500 epochs, run with ``--vnngp-lr 0.005`` or ``--epochs 500``),
-    with the loss of the last epoch and of the epoch before the first learning-rate drop (75%)."""
+    """The planned runs beside the same runs at the paper's other value ``other`` of the setting
+    ``name`` (an entry of ``PAPER_OTHER``, run with ``--vnngp-lr`` or ``--epochs``), with the loss
+    of the last epoch and of the epoch before the first learning-rate drop (75%)."""
 
     def at_other(key):
         return None if key.get(name, other) == other else {**key, name: other}
@@ -680,14 +680,19 @@ def paper_grid_section(report, by, name, other, say):
                "picked each setting from its grid by validation NLL), with the epoch-mean "
                "training loss just before the first drop (75% of the epochs) and in the last "
                "epoch.", "")  # fmt: skip
-    rows = [[SETS[a["key"]["dataset"]][0], a["key"]["split"], a["key"]["model"],
-             f"{a['nll']:.3f}", f"{b['nll']:.3f}", f"{a['rmse']:.3f}", f"{b['rmse']:.3f}",
-             f"{a['noise']:.4f}", f"{b['noise']:.4f}", loss(a, 0.75), loss(b, 0.75),
-             loss(a, 1.0), loss(b, 1.0), f"{a['train_seconds']:.0f}",
-             f"{b['train_seconds']:.0f}"] for a, b in pairs]  # fmt: skip
-    report.table(["dataset", "split", "model"] + [f"{x} {v:g}" for x in (
-        "NLL", "RMSE", "noise", "loss at 75%", "last loss", "train s") for v in (value, other)],
-        rows)  # fmt: skip
+    columns = (("NLL", lambda r: f"{r['nll']:.3f}"), ("RMSE", lambda r: f"{r['rmse']:.3f}"),
+               ("noise", lambda r: f"{r['noise']:.4f}"), ("loss at 75%", lambda r: loss(r, 0.75)),
+               ("last loss", lambda r: loss(r, 1.0)),
+               ("train s", lambda r: f"{r['train_seconds']:.0f}"))  # fmt: skip
+    rows = [
+        [SETS[a["key"]["dataset"]][0], a["key"]["split"], a["key"]["model"]]
+        + [cell(run) for _, cell in columns for run in (a, b)]
+        for a, b in pairs
+    ]
+    report.table(
+        ["dataset", "split", "model"] + [f"{x} {v:g}" for x, _ in columns for v in (value, other)],
+        rows,
+    )
     gains = [a["nll"] - b["nll"] for a, b in pairs]
     return [f"With {there} instead of {here}: test NLL lower in "
             f"{harness.of(sum(g > 0 for g in gains), len(gains))} runs (by "
