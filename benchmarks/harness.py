@@ -4,9 +4,10 @@ The machinery every benchmark study shares; a study script only says what to run
 A study module defines ``NAME``, ``plan(args)`` (the keys of its runs: one dict per (method,
 dataset, split, setting) unit, in the order they run), ``run(key, args)`` (one unit's numbers, a
 JSON-able dict) and ``render(report, records, args)`` (its report, from the records alone);
-optionally ``arguments(parser)``, ``PRESETS`` (named argument sets; ``quick`` is the smoke run)
-and ``BUDGET`` (the default time budget in minutes). ``main(study)`` gives every script the
-same command line::
+optionally ``arguments(parser)``, ``PRESETS`` (named argument sets; ``quick`` is the smoke run),
+``BUDGET`` (the default time budget in minutes) and ``REPEATS`` (the key fields whose values
+only repeat a unit, ``("split",)`` unless given: the time budget expects a run to take what its
+recorded repeats took). ``main(study)`` gives every script the same command line::
 
     python benchmarks/NAME.py                 # run what is missing, then render the report
     python benchmarks/NAME.py --render        # only render results/NAME.md from the records
@@ -162,27 +163,65 @@ class Store:
         return [r for r in found if r is not None], [k for k, r in zip(plan, found) if r is None]
 
 
+def expected_seconds(store: Store, key: dict, repeats: Sequence[str]) -> float | None:
+    """
+    The mean ``seconds`` of the recorded repeats of ``key``: the records whose keys differ from
+    it only in the ``repeats`` fields (e.g. the split); ``None`` if there are none.
+    """
+
+    def unit(k: dict) -> dict:
+        return {name: value for name, value in k.items() if name not in repeats}
+
+    wanted = canonical(unit(key))
+    times = [
+        r["seconds"]
+        for r in store.index.values()
+        if "seconds" in r and canonical(unit(r["key"])) == wanted
+    ]
+    return float(np.mean(times)) if times else None
+
+
 def run_plan(
-    store: Store, plan: Sequence[dict], run: Callable[[dict], dict], budget: float | None
+    store: Store,
+    plan: Sequence[dict],
+    run: Callable[[dict], dict],
+    budget: float | None,
+    repeats: Sequence[str] = ("split",),
 ) -> None:
-    """Run every planned key without a record; no new run starts after ``budget`` minutes."""
+    """
+    Run every planned key without a record, in plan order, within ``budget`` minutes: no run
+    starts after them, and none starts whose recorded repeats (see :func:`expected_seconds`)
+    took longer on average than the time left; later, shorter runs still fill that time.
+    """
     start = time.perf_counter()
     todo = [key for key in plan if store.get(key) is None]
     print(f"{store.path.name}: {len(plan) - len(todo)} of {len(plan)} runs done", flush=True)
+    skipped = 0
     for i, key in enumerate(todo):
-        elapsed = time.perf_counter() - start
-        if budget is not None and elapsed > 60 * budget:
+        left = None if budget is None else 60 * budget - (time.perf_counter() - start)
+        if left is not None and left < 0:
             print(f"time budget of {budget:g} min reached; {len(todo) - i} runs left", flush=True)
-            return
+            break
         store.load()
         if store.get(key) is not None:  # finished meanwhile by another process
             print(f"[{i + 1}/{len(todo)}] {short(key)}: recorded by another process", flush=True)
+            continue
+        expected = None if left is None else expected_seconds(store, key, repeats)
+        if expected is not None and expected > left:
+            skipped += 1
+            print(
+                f"[{i + 1}/{len(todo)}] {short(key)}: skipped, its repeats took "
+                f"{expected / 60:.1f} min and {left / 60:.1f} min are left",
+                flush=True,
+            )
             continue
         begin = time.perf_counter()
         values = run(key)
         values.setdefault("seconds", time.perf_counter() - begin)
         store.add(key, values)
         print(f"[{i + 1}/{len(todo)}] {short(key)}: {values['seconds']:.1f} s", flush=True)
+    if skipped:
+        print(f"{skipped} runs skipped: they would not have finished within the budget", flush=True)
 
 
 def history(result: Any) -> list[float] | None:
@@ -524,7 +563,8 @@ def main(study: Any, argv: Sequence[str] | None = None) -> Path:
         "--time-budget",
         type=float,
         default=getattr(study, "BUDGET", None),
-        help="minutes; no new run starts after them (rerun to resume)",
+        help="minutes; no run starts after them, nor one whose recorded repeats (other splits) "
+        "took longer than the time left (rerun to resume)",
     )
     if hasattr(study, "arguments"):
         study.arguments(parser)
@@ -540,7 +580,8 @@ def main(study: Any, argv: Sequence[str] | None = None) -> Path:
     plan = study.plan(args)
     if not args.render and any(store.get(key) is None for key in plan):
         getattr(study, "setup", setup)(threads)
-        run_plan(store, plan, lambda key: study.run(key, args), args.time_budget)
+        repeats = getattr(study, "REPEATS", ("split",))
+        run_plan(store, plan, lambda key: study.run(key, args), args.time_budget, repeats)
     records, missing = store.collect(plan)
     report = Report(name, folder, store)
     study.render(report, records, missing, args)
@@ -610,9 +651,17 @@ def selftest() -> None:
         assert len(calls) == 3 and plan[-1] not in calls and "Missing" not in text, calls
         lines = Path(folder, "toy.jsonl").read_text().splitlines()
         assert [json.loads(line).get("session") for line in lines] == [None, 0, None] + [1] * 3
+    with tempfile.TemporaryDirectory() as folder:  # split 1 of A is expected to overrun
+        calls.clear()
+        toy.run = run
+        store = Store("toy", Path(folder))
+        store.add({"method": "A", "split": 0}, {"error": 0.0, "seconds": 600.0})
+        store.add({"method": "B", "split": 0}, {"error": 0.1, "seconds": 0.02})
+        text = main(toy, ["--out", folder, "--time-budget", "5"]).read_text()
+        assert calls == [{"method": "B", "split": 1}] and "Missing: 1 of 4" in text, calls
     print(
         "selftest passed: budget stop, resume, skip of recorded runs, deterministic render, "
-        "two processes on one study"
+        "two processes on one study, skip of runs expected to overrun the budget"
     )
 
 
