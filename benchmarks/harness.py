@@ -436,8 +436,10 @@ def table(headers: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
 class Report:
     """A markdown report and its figures, written next to each other."""
 
-    def __init__(self, name: str, folder: Path, store: Store) -> None:
-        self.name, self.folder, self.store = name, Path(folder), store
+    def __init__(
+        self, name: str, folder: Path, store: Store, repeats: Sequence[str] = ("split",)
+    ) -> None:
+        self.name, self.folder, self.store, self.repeats = name, Path(folder), store, repeats
         self.lines: list[str] = []
         self.figures: dict[str, Any] = {}
 
@@ -485,9 +487,26 @@ class Report:
             self.add(
                 f"**Missing: {of(len(missing), len(keys))} planned runs have no record yet** ("
                 + "; ".join(f"{k} {', '.join(v).replace(chr(34), '')}" for k, v in values.items())
-                + "); rerunning the same command adds them and re-renders this report.",
+                + "); rerunning the same command adds them and re-renders this report. "
+                + self.cost(missing),
                 "",
             )
+
+    def cost(self, missing: list) -> str:
+        """How long the missing runs would take, from their recorded repeats' mean times."""
+        expected = [expected_seconds(self.store, key, self.repeats) for key in missing]
+        known = [seconds for seconds in expected if seconds is not None]
+        unknown = len(expected) - len(known)
+        hours = sum(known) / 3600
+        text = f"{hours:.1f} h" if hours >= 2 else f"{60 * hours:.0f} min"
+        other = f"another {' or '.join(self.repeats)}"
+        if not known:
+            return f"None has a timed repeat (the same key on {other}) to estimate its time by."
+        return (
+            f"At the mean time of their timed repeats (the same key on {other}), "
+            f"{of(len(known), len(missing))} would take about {text}"
+            + (f"; {unknown} have no timed repeat." if unknown else ".")
+        )
 
     def write(self, notes: bool = True) -> Path:
         """Write the report (with ``results/NAME_notes.md`` appended, if any) and its figures."""
@@ -578,12 +597,12 @@ def main(study: Any, argv: Sequence[str] | None = None) -> Path:
     threads = getattr(args, "threads", None)
     store = Store(study.NAME, folder, threads)
     plan = study.plan(args)
+    repeats = getattr(study, "REPEATS", ("split",))
     if not args.render and any(store.get(key) is None for key in plan):
         getattr(study, "setup", setup)(threads)
-        repeats = getattr(study, "REPEATS", ("split",))
         run_plan(store, plan, lambda key: study.run(key, args), args.time_budget, repeats)
     records, missing = store.collect(plan)
-    report = Report(name, folder, store)
+    report = Report(name, folder, store, repeats)
     study.render(report, records, missing, args)
     return report.write()
 
@@ -659,6 +678,7 @@ def selftest() -> None:
         store.add({"method": "B", "split": 0}, {"error": 0.1, "seconds": 0.02})
         text = main(toy, ["--out", folder, "--time-budget", "5"]).read_text()
         assert calls == [{"method": "B", "split": 1}] and "Missing: 1 of 4" in text, calls
+        assert "(the same key on another split), 1 of 1 would take about 10 min" in text
     print(
         "selftest passed: budget stop, resume, skip of recorded runs, deterministic render, "
         "two processes on one study, skip of runs expected to overrun the budget"

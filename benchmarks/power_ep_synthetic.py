@@ -230,28 +230,12 @@ def collect(records, args):
     return by, complete
 
 
-def seconds_estimate(records, missing):
-    """Minutes the missing runs would take at the mean seconds of the recorded ones (per M)."""
-    per = {}
-    for r in records:
-        per.setdefault((r["key"]["method"], r["key"]["M"]), []).append(r["seconds"])
-    total, unknown = 0.0, 0
-    for k in missing:
-        times = per.get((k["method"], k["M"]))
-        if times:
-            total += float(np.mean(times))
-        else:
-            unknown += 1
-    return total / 60, unknown
-
-
 def render(report, records, missing, args):
     by, complete = collect(records, args)
     fits = [r for r in records if r["key"]["method"] != "GPR true" and "error" not in r]
     failed = [r for r in records if not usable(r)]
     capped = [r for r in fits if r.get("hit_cap")]
     other = [r for r in fits if not r.get("converged") and not r.get("hit_cap")]
-    minutes, unknown = seconds_estimate(records, missing)
     done = sorted(
         d
         for d in by
@@ -308,13 +292,6 @@ def render(report, records, missing, args):
         f"{sum(r['seconds'] for r in records) / 60:.1f} min of fitting. Datasets with every run: "
         f"{len(done)} of {args.datasets}.",
     ]
-    if missing:
-        protocol.append(
-            f"The {len(missing)} missing runs would take about {minutes / 60:.1f} h more at the "
-            "mean time per run of each M measured here"
-            + (f" ({unknown} runs of an M not yet measured not counted)" if unknown else "")
-            + "."
-        )
     report.head(
         "Power EP on synthetic GP data (paper §4.1): alpha from VFE to EP, M from 5 to 500",
         records,
