@@ -13,16 +13,12 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 import harness  # noqa: E402
 
-# gpflow_notebooks plans its runs from a GPflow git checkout at a fixed revision, which a test
-# machine need not have; every other study renders from its committed records alone.
-RENDERED = [name for name in harness.STUDIES if name != "gpflow_notebooks"]
-
 
 def test_harness_selftest():
     harness.selftest()
 
 
-@pytest.mark.parametrize("name", RENDERED)
+@pytest.mark.parametrize("name", harness.STUDIES)
 def test_committed_report_renders_from_committed_records(name, tmp_path):
     study = importlib.import_module(name)
     for path in harness.RESULTS.glob(f"{study.NAME}*"):  # records, notes, figures
