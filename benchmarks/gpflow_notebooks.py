@@ -159,9 +159,8 @@ def docs_version(args) -> str:
     try:
         return _git(args.gpflow_repo, "show", f"{args.revision}:VERSION").decode().strip()
     except (FileNotFoundError, subprocess.CalledProcessError) as error:
-        records = Path(args.out or harness.RESULTS) / f"{NAME}.jsonl"
-        lines = records.read_text().splitlines() if records.exists() else []
-        versions = {json.loads(line)["key"]["docs"] for line in lines if '"key"' in line}
+        store = harness.Store(NAME, Path(args.out or harness.RESULTS))
+        versions = {record["key"]["docs"] for record in store.index.values()}
         if len(versions) != 1:
             raise SystemExit(
                 f"gpflow_notebooks needs GPflow's git mirror at {args.gpflow_repo} (fetch "
