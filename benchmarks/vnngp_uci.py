@@ -99,7 +99,8 @@ def arguments(parser):
     parser.add_argument("--vnngp-jitter", type=float, help="our VNNGP's jitter (default GPflow's)")
     parser.add_argument("--vnngp-kl", choices=list(KL_ESTIMATES), default="uniform",
                         help="our VNNGP's KL: on --inducing-batch-size points drawn uniformly, "
-                        "or on the data batch's own inducing points (GPyTorch's)")  # fmt: skip
+                        "or on the data batch's own inducing points (GPyTorch's; "
+                        "kl_estimate='data_batch')")  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
 
@@ -181,21 +182,6 @@ def gpytorch(key, args, data, X, Y, seed):
     return out
 
 
-def with_own_batch_kl(VNNGP):
-    """
-    ``VNNGP`` whose KL estimate is on the data batch's own inducing points (GPyTorch's at Z = X)
-    instead of on ``inducing_batch_size`` points drawn uniformly: each row's nearest inducing
-    input, the first of its neighbours, is its own at Z = X.
-    """
-
-    class OwnBatchKL(VNNGP):
-        def elbo(self, data, inducing_indices=None):
-            own = data[2][:, 0] if inducing_indices is None else inducing_indices
-            return super().elbo(data, own)
-
-    return OwnBatchKL
-
-
 def run(key, args):
     import time
 
@@ -228,11 +214,12 @@ def run(key, args):
         if key["vnngp_init"] == "targets":  # the mean target at each distinct input
             counts = np.bincount(inverse, minlength=len(Z))
             q_mu = (np.bincount(inverse, weights=Y[:, 0], minlength=len(Z)) / counts)[:, None]
-        cls = with_own_batch_kl(VNNGP) if key.get("vnngp_kl") == "data" else VNNGP
-        model = cls(kernel, likelihood, Z, key["neighbors"], num_data=len(X),
-                      inducing_batch_size=key["inducing_batch_size"], q_mu=q_mu,
+        kl = dict(inducing_batch_size=key["inducing_batch_size"])
+        if key.get("vnngp_kl") == "data":  # the batch's own inducing points, each row 1/count
+            kl = dict(kl_estimate="data_batch", data_multiplicity=np.bincount(inverse))
+        model = VNNGP(kernel, likelihood, Z, key["neighbors"], num_data=len(X), q_mu=q_mu,
                       q_sqrt=np.full((len(Z), 1), key["vnngp_q_sqrt"]), ordering="random",
-                      seed=seed, jitter=key.get("vnngp_jitter"))  # fmt: skip
+                      seed=seed, jitter=key.get("vnngp_jitter"), **kl)  # fmt: skip
         train, lr = model.training_data(X, Y), key["vnngp_lr"]
         assert np.array_equal(train[2][:, 0], inverse), "each input's nearest is its own Z row"
         steps = steps_of(key, len(X), "VNNGP")

@@ -66,6 +66,7 @@ __all__ = [
     "inducing_input_dim",
     "check_static_inputs",
     "held_data",
+    "require",
     "checked_cholesky",
     "checked_prediction",
     "check_cholesky_factor",
@@ -714,6 +715,19 @@ def checked_batch(
         assertions.append(_graph_assert(tf.equal(tf.shape(X)[1], input_dim), message))
     X, Y = _finite_after(assertions, ((X, f"{name} X"), (Y, f"{name} Y")))
     return _CheckedBatch((X, Y, *data[2:]))
+
+
+def require(condition: tf.Tensor, message: str) -> Any:
+    """
+    Every element of the boolean tensor ``condition`` must hold: eagerly a ``ValueError`` with
+    ``message``; inside ``tf.function`` a graph assertion carrying it, returned for the caller's
+    control dependencies (no round trip to the host).
+    """
+    if tf.executing_eagerly():
+        if not bool(tf.reduce_all(condition)):
+            raise ValueError(message)
+        return None
+    return _graph_assert(tf.reduce_all(condition), message)
 
 
 def _graph_assert(condition: tf.Tensor, message: str) -> Any:

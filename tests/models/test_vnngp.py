@@ -585,6 +585,8 @@ def test_graph_neighbours_give_the_kd_tree_numbers(rng, monkeypatch):
         "num_data",
         "ordering",
         "jitter",
+        "kl_estimate",
+        "data_multiplicity",
     ],
 )
 def test_settings_read_when_tracing_are_fixed_at_construction(rng, name):
@@ -823,15 +825,13 @@ def test_exported_predictions_and_posterior_load_without_gpflow(rng, tmp_path):
 # --- training, precision, saving -----------------------------------------------------------
 
 
-def test_minibatch_training_with_tf_data_and_adam(rng):
+@pytest.mark.parametrize(
+    "kl", [dict(inducing_batch_size=32), dict(kl_estimate="data_batch")], ids=["uniform", "data"]
+)
+def test_minibatch_training_with_tf_data_and_adam(rng, kl):
     X, Y, _, _, _ = make_problem(rng, num_data=200)
     model = VNNGP(
-        kernel(),
-        gpflow.likelihoods.Gaussian(0.5),
-        X,
-        num_neighbors=8,
-        num_data=200,
-        inducing_batch_size=32,
+        kernel(), gpflow.likelihoods.Gaussian(0.5), X, num_neighbors=8, num_data=200, **kl
     )
     data = model.training_data(X, Y)
     history = gpflow_tight.training.fit_adam(
@@ -1140,6 +1140,11 @@ def test_from_data_starts_q_at_the_targets(rng):
         np.testing.assert_allclose(mean, Y[same].mean(0), rtol=1e-12)
     np.testing.assert_allclose(model.q_sqrt.numpy(), np.tile(0.2 * Y.std(0), (20, 1)))
     assert model.jitter == 1e-3
+    # the KL on each batch's own inducing points, each distinct input counted as often as it occurs
+    assert model.kl_estimate == "data_batch"
+    np.testing.assert_array_equal(model.data_multiplicity, [np.sum(np.all(X == z, 1)) for z in Z])
+    uniform = VNNGP.from_data((X, Y), kernel(), likelihood, 4, inducing_batch_size=5)
+    assert uniform.kl_estimate == "inducing_batch" and uniform.data_multiplicity is None
     reference = VNNGP(kernel(), gpflow.likelihoods.Gaussian(NOISE), Z, 4, num_latent_gps=2,
                       q_mu=model.q_mu.numpy(), q_sqrt=model.q_sqrt.numpy(), num_data=len(X),
                       seed=3, jitter=1e-3)  # fmt: skip
@@ -1153,7 +1158,107 @@ def test_from_data_starts_q_at_the_targets(rng):
     np.testing.assert_allclose(bernoulli.q_sqrt.numpy(), 1.0, rtol=1e-12)
     with pytest.raises(TypeError, match="sets `q_mu` from the data"):
         VNNGP.from_data((X, Y), kernel(), likelihood, 4, q_mu=np.zeros((20, 2)))
+    with pytest.raises(TypeError, match="sets `data_multiplicity` from the data"):
+        VNNGP.from_data((X, Y), kernel(), likelihood, 4, data_multiplicity=np.ones(20, int))
     with pytest.raises(ValueError, match="`q_sqrt_scale` must be finite and positive"):
         VNNGP.from_data((X, Y), kernel(), likelihood, 4, q_sqrt_scale=0.0)
     with pytest.raises(ValueError, match="data"):
         VNNGP.from_data((X, np.where(Y > 0.5, np.nan, Y)), kernel(), likelihood, 4)
+
+
+# --- the KL on the data batch's own inducing points (kl_estimate="data_batch") ----------------
+
+
+def repeated_inputs(rng):
+    """24 training rows at 16 distinct inputs (five of them repeated), shuffled, and targets."""
+    X = rng.uniform(-3, 3, (16, 2))
+    X = np.concatenate([X, X[[0, 0, 1, 2, 2, 2, 5, 9]]])[rng.permutation(24)]
+    return X, np.sin(X[:, :1]) * np.cos(X[:, 1:]) + 0.2 * rng.standard_normal((24, 1))
+
+
+@pytest.mark.parametrize("q", ["mean_field", "nearest_neighbor"])
+def test_data_batch_kl_is_exact_on_the_training_set_and_unbiased(rng, q):
+    """
+    With each distinct input weighted by 1/(its number of rows), the KL on the data batch's own
+    inducing points is exact on the whole training set (the dense ELBO; the exact-KL model for
+    the structured q) for plain, neighbour-row and compiled batches, and its average over a
+    partition into equal blocks (what an epoch of shuffled minibatches averages) is exact too,
+    while single blocks differ. Without the weights the repeated inputs would count twice.
+    """
+    X, Y = repeated_inputs(rng)
+    Z, rows = np.unique(X, axis=0, return_inverse=True)
+    rows, counts = rows.reshape(-1), np.bincount(rows.reshape(-1))
+    q_mu, q_sqrt = rng.standard_normal((16, 1)), rng.uniform(0.2, 1, (16, 1))
+    structured = dict(q=q, q_sqrt_offdiag=0.3 * rng.standard_normal((16, 4, 1)))
+    extra = structured if q == "nearest_neighbor" else {}
+    model = model_for(Z, q_mu, q_sqrt, 4, num_data=24, kl_estimate="data_batch",
+                      data_multiplicity=counts, **extra)  # fmt: skip
+    exact = model_for(Z, q_mu, q_sqrt, 4, num_data=24, **extra).elbo((X, Y)).numpy()
+    if q == "mean_field":
+        Ktilde = dense_vecchia_covariance(Z, brute_force_prior_neighbors(Z, model.ordering, 4))
+        kl = gauss_kl(q_mu[:, 0], np.diag(q_sqrt[:, 0] ** 2), Ktilde)
+        reference = gaussian_expectation(Y, q_mu[rows], q_sqrt[rows] ** 2) - kl
+        np.testing.assert_allclose(exact, reference, rtol=1e-10)
+    compiled = tf.function(model.elbo)
+    for data in ((X, Y), model.training_data(X, Y)):
+        np.testing.assert_allclose(model.elbo(data).numpy(), exact, rtol=1e-12)
+        np.testing.assert_allclose(compiled(data).numpy(), exact, rtol=1e-12)
+    blocks = rng.permutation(24).reshape(4, 6)
+    estimates = [compiled((X[b], Y[b])).numpy() for b in blocks]
+    np.testing.assert_allclose(np.mean(estimates), exact, rtol=1e-12)
+    assert np.ptp(estimates) > 1e-2
+    full_kl = model.prior_kl().numpy()
+    np.testing.assert_allclose(model.data_batch_kl(X).numpy(), full_kl, rtol=1e-12)
+    unweighted = model.prior_kl_terms(tf.constant(rows, tf.int64)).numpy()
+    assert unweighted - full_kl > 1e-2
+
+
+def test_data_batch_kl_settings_and_batches_are_checked(rng):
+    """
+    Settings the estimate cannot honour are refused; a batch row that is not an inducing input
+    is a ValueError eagerly and a graph assertion compiled, with the same message; explicit
+    inducing indices still override; without ``data_multiplicity`` every input counts once;
+    ``freeze`` keeps the setting.
+    """
+    X, Y = repeated_inputs(rng)
+    Z, rows = np.unique(X, axis=0, return_inverse=True)
+    counts = np.bincount(rows.reshape(-1))
+    likelihood = gpflow.likelihoods.Gaussian(NOISE)
+    refused = [
+        (dict(kl_estimate="uniform"), "`kl_estimate` must be one of"),
+        (dict(kl_estimate="data_batch", inducing_batch_size=4, data_multiplicity=counts),
+         "Give one or the other"),
+        (dict(data_multiplicity=counts), "needs `kl_estimate='data_batch'`"),
+        (dict(kl_estimate="data_batch", data_multiplicity=counts[:-1]), r"integers \[M\]"),
+        (dict(kl_estimate="data_batch", data_multiplicity=counts * 1.0), "dtype float64"),
+        (dict(kl_estimate="data_batch", data_multiplicity=counts - 1), "each ≥ 1"),
+        (dict(kl_estimate="data_batch"), "counts 16 training rows but `num_data` is 24"),
+    ]  # fmt: skip
+    for kwargs, match in refused:
+        with pytest.raises(ValueError, match=match):
+            VNNGP(kernel(), likelihood, Z, 3, num_data=24, **kwargs)
+    model = VNNGP(kernel(), likelihood, Z, 3, num_data=24, kl_estimate="data_batch",
+                  data_multiplicity=counts)  # fmt: skip
+    with pytest.raises(ValueError, match="read-only"):
+        model.data_multiplicity[0] = 2
+    mixed = (np.vstack([X[:5], [[0.123, 0.456]]]), Y[:6])
+    match = "every row of X must be an inducing input"
+    with pytest.raises(ValueError, match=match):
+        model.elbo(mixed)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+        tf.function(model.elbo)(mixed)
+    twin = VNNGP(kernel(), likelihood, Z, 3, num_data=24)
+    everything = tf.range(16, dtype=tf.int64)
+    np.testing.assert_allclose(
+        model.elbo(mixed, everything).numpy(), twin.elbo(mixed).numpy(), rtol=1e-12
+    )
+    frozen = gpflow.utilities.freeze(model)
+    np.testing.assert_allclose(frozen.elbo((X, Y)).numpy(), twin.elbo((X, Y)).numpy(), rtol=1e-12)
+    once = VNNGP(kernel(), likelihood, Z, 3, kl_estimate="data_batch")
+    np.testing.assert_array_equal(once.data_multiplicity, 1)
+    distinct_Y = Y[: len(Z)]
+    np.testing.assert_allclose(
+        once.elbo((Z, distinct_Y)).numpy(),
+        VNNGP(kernel(), likelihood, Z, 3).elbo((Z, distinct_Y)).numpy(),
+        rtol=1e-12,
+    )
