@@ -43,6 +43,7 @@ from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
 __all__ = ["VNNGP", "VNNGPPosterior"]
 
 Q_FAMILIES = ("mean_field", "nearest_neighbor")  # VNNGP's variational families of q(u)
+KL_ESTIMATES = ("inducing_batch", "data_batch")  # how VNNGP.elbo estimates the KL
 
 
 def _checked_batch(model: "VNNGP", data: Any, allow_empty: bool = False) -> tuple[Any, ...]:
@@ -777,9 +778,6 @@ def _check_inducing_inputs(Z: np.ndarray) -> None:
             f"`inducing_variable` has {len(Z) - len(unique)} duplicated row(s): their neighbour "
             "covariance is singular. Remove duplicates (e.g. `np.unique(Z, axis=0)`)."
         )
-
-
-KL_ESTIMATES = ("inducing_batch", "data_batch")  # how VNNGP.elbo estimates the KL
 
 
 def _checked_multiplicity(
