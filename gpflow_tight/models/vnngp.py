@@ -156,8 +156,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
     the data neighbours).
 
     ``num_neighbors``, ``num_neighbors_predict``, ``inducing_batch_size``,
-    ``prediction_batch_size``, ``num_data``, ``ordering``, ``q`` and ``jitter`` are fixed at
-    construction:
+    ``prediction_batch_size``, ``num_data``, ``ordering``, ``q``, ``jitter``, ``kl_estimate`` and
+    ``data_multiplicity`` are fixed at construction:
     compiled functions would keep the values they were traced with, so assigning them raises
     an ``AttributeError`` (and the ``ordering`` array is read-only); build a new model instead.
     Every batch a loss sees and every ``Xnew`` is checked first (:mod:`gpflow_tight.validation`:
@@ -184,7 +184,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         points drawn uniformly) or ``"data_batch"`` (the data batch's own inducing points).
     :param data_multiplicity: for ``kl_estimate="data_batch"``, the number of training rows at
         each inducing input, integers [M] ≥ 1 summing to ``num_data`` (default: one each, Z = X
-        with distinct rows); :meth:`from_data` sets it.
+        with distinct rows; without ``num_data`` the sum is not checked); :meth:`from_data`
+        sets it.
     """
 
     _constructor_only = (
@@ -245,7 +246,7 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             Z = inducing_variable.Z.numpy()
         else:
             Z = np.asarray(inducing_variable, dtype=float)
-        _check_inducing_inputs(Z)
+        _check_inducing_inputs(Z.astype(default_float()))  # rows distinct in the model's dtype
         check_kernel(kernel, Z.shape[1])
         num_inducing = len(Z)
         self.num_neighbors = _check_count(num_neighbors, "num_neighbors", num_inducing - 1)
@@ -266,6 +267,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         self.data_multiplicity = _checked_multiplicity(
             kl_estimate, data_multiplicity, inducing_batch_size, num_inducing, num_data
         )
+        if self.data_multiplicity is not None:  # each inducing input's KL weight 1 / c_j
+            self._kl_weights = tf.constant(1 / self.data_multiplicity, dtype=default_float())
         # Created untrainable rather than by `gpflow.set_trainable` afterwards: under a
         # tf.distribute strategy the mirrored variable would stay trainable.
         self.inducing_variable = gpflow.inducing_variables.InducingPoints(
@@ -380,6 +383,12 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         kwargs.setdefault("kl_estimate", "inducing_batch" if uniform else "data_batch")
         counts = np.bincount(rows, minlength=len(Z))
         if kwargs["kl_estimate"] == "data_batch":
+            if kwargs["num_data"] not in (None, len(X)):
+                raise ValueError(
+                    f"`num_data` ({kwargs['num_data']}) must be N = {len(X)}, the rows of `data`, "
+                    "for kl_estimate='data_batch' (the KL of each row's own inducing input); "
+                    "pass `kl_estimate='inducing_batch'` to scale to another N."
+                )
             kwargs["data_multiplicity"] = counts
         shape = (len(Z), Y.shape[1])
         q_mu, q_sqrt = np.zeros(shape), np.ones(shape)
@@ -698,9 +707,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             "kl_estimate='inducing_batch'."
         )
         assertion = require(found, message)
-        multiplicity = tf.constant(self.data_multiplicity, dtype=Z.dtype)
         with tf.control_dependencies([] if assertion is None else [assertion]):
-            weights = 1 / tf.gather(multiplicity, rows)
+            weights = tf.gather(self._kl_weights, rows)
         kl = self.prior_kl_terms(rows, weights)
         if self.num_data is None:
             return kl
