@@ -211,13 +211,12 @@ def run(key, args):
     if key["model"] == "VNNGP":  # one inducing input per distinct input (duplicates: singular K)
         Z, inverse = np.unique(X, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
-        q_mu = None
+        counts, q_mu = np.bincount(inverse, minlength=len(Z)), None
         if key["vnngp_init"] == "targets":  # the mean target at each distinct input
-            counts = np.bincount(inverse, minlength=len(Z))
             q_mu = (np.bincount(inverse, weights=Y[:, 0], minlength=len(Z)) / counts)[:, None]
         kl = dict(inducing_batch_size=key["inducing_batch_size"])
         if key.get("vnngp_kl") == "data":  # the batch's own inducing points, each row 1/count
-            kl = dict(kl_estimate="data_batch", data_multiplicity=np.bincount(inverse))
+            kl = dict(kl_estimate="data_batch", data_multiplicity=counts)
         model = VNNGP(kernel, likelihood, Z, key["neighbors"], num_data=len(X), q_mu=q_mu,
                       q_sqrt=np.full((len(Z), 1), key["vnngp_q_sqrt"]), ordering="random",
                       seed=seed, jitter=key.get("vnngp_jitter"), **kl)  # fmt: skip

@@ -900,10 +900,7 @@ class ConstructorOnly:
     def __setstate__(self, state: Any) -> None:
         """``copy.deepcopy`` (and ``gpflow.utilities.freeze``): arrays among the settings stay
         read-only in the copy, as the constructor left them."""
-        values, slots = state if isinstance(state, tuple) else (state, None)
-        self.__dict__.update(values or {})
-        for name, value in (slots or {}).items():
-            object.__setattr__(self, name, value)
+        self.__dict__.update(state)
         for name in self._constructor_only:
             if isinstance(self.__dict__.get(name), np.ndarray):
                 self.__dict__[name].setflags(write=False)
