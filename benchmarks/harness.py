@@ -13,6 +13,7 @@ recorded repeats took). ``main(study)`` gives every script the same command line
     python benchmarks/NAME.py --render        # only render results/NAME.md from the records
     python benchmarks/NAME.py --quick         # smoke run into a temporary folder
     python benchmarks/harness.py render all   # re-render every committed report
+    python benchmarks/harness.py merge all --source OTHER/benchmarks/results  # see below
     python benchmarks/harness.py selftest     # check the record / resume / render path (no TF)
 
 Records: ``results/NAME.jsonl``, one JSON object per line. ``{"env": {...}}`` lines describe a
@@ -21,7 +22,9 @@ appends ``{"key": {...}, "session": i, ...numbers}``. A rerun skips the keys alr
 an interrupted or budget-limited study resumes; the report renders from whatever is there and
 lists what is missing. Two processes may fill one study at once (e.g. with disjoint plans, or
 one plan in opposite orders): each rereads the records before a run and skips what the other
-has finished.
+has finished. A study filled in another checkout (a git worktree, another machine) comes back
+with ``merge``: its records this checkout lacks are appended with their sessions renumbered
+(copying lines would point them at this file's sessions of the same number).
 """
 
 import argparse
@@ -30,6 +33,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -156,6 +160,33 @@ class Store:
         self._append(record)
         self.index[canonical(key)] = record
         return record
+
+    def merge(self, path: Path) -> int:
+        """
+        Append the records of ``path`` (another copy of this study's records, such as a second
+        checkout's that ran part of a study) whose keys this store lacks, each session they
+        come from added once and their session numbers renumbered to it; returns how many.
+        """
+        self.load()
+        theirs: list[dict] = []
+        ours: dict[int, int] = {}  # their session -> ours
+        added = 0
+        for line in Path(path).read_text().splitlines():
+            item = json.loads(line) if line.strip() else {}
+            if "env" in item:
+                theirs.append(item["env"])
+            elif "key" in item and self.get(item["key"]) is None:
+                env = theirs[item["session"]]
+                if item["session"] not in ours:
+                    if env not in self.sessions:
+                        self.sessions.append(env)
+                        self._append({"env": env})
+                    ours[item["session"]] = self.sessions.index(env)
+                record = {**item, "session": ours[item["session"]]}
+                self._append(record)
+                self.index[canonical(item["key"])] = record
+                added += 1
+        return added
 
     def collect(self, plan: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """The records of the planned keys (in plan order) and the keys without one."""
@@ -467,14 +498,21 @@ class Report:
         if (self.folder / name).exists():
             self.lines += [f"![{alt}]({name})", "", why, ""]
 
-    def head(self, title: str, records: list[dict], protocol: Sequence[str], missing: list) -> None:
-        """Title, the sessions that produced ``records``, the protocol and what is missing."""
+    def head(
+        self,
+        title: str,
+        records: list[dict],
+        protocol: Sequence[str],
+        missing: list,
+        beside: Sequence[dict] = (),
+    ) -> None:
+        """Title, the sessions that produced ``records`` (the planned runs) and ``beside`` (other
+        runs the report shows), the protocol and what is missing."""
         self.lines = [f"# {title}", ""]
-        used = sorted({r["session"] for r in records})
+        shown = records + [r for r in beside if r not in records]
+        used = sorted({r["session"] for r in shown})
         sessions = [self.store.sessions[i] for i in used]
-        self.lines += session_lines(
-            sessions, [sum(r["session"] == i for r in records) for i in used]
-        )
+        self.lines += session_lines(sessions, [sum(r["session"] == i for r in shown) for i in used])
         self.section("Protocol")
         self.bullets(protocol)
         if missing:
@@ -679,15 +717,47 @@ def selftest() -> None:
         text = main(toy, ["--out", folder, "--time-budget", "5"]).read_text()
         assert calls == [{"method": "B", "split": 1}] and "Missing: 1 of 4" in text, calls
         assert "(the same key on another split), 1 of 1 would take about 10 min" in text
+    with tempfile.TemporaryDirectory() as folder:  # two more checkouts, each ran other units
+        copies = [Path(folder, name) for name in ("a", "b", "c")]
+        copies[0].mkdir()
+        Store("toy", copies[0]).add(plan[0], {"error": 0.0})
+        for copy in copies[1:]:
+            shutil.copytree(copies[0], copy)
+        Store("toy", copies[1]).add(plan[1], {"error": 0.1})
+        Store("toy", copies[2]).add(plan[2], {"error": 0.2})
+        Store("toy", copies[2]).add(plan[1], {"error": 0.3})  # also in b: b's is kept
+        store = Store("toy", copies[0])
+        assert [store.merge(copies[i] / "toy.jsonl") for i in (1, 2, 2)] == [1, 1, 0]
+        merged = Store("toy", copies[0])
+        for key, source in zip(plan[:3], (copies[0], copies[1], copies[2])):
+            theirs, ours = Store("toy", source), merged.get(key)
+            assert ours == {**theirs.get(key), "session": ours["session"]}
+            assert merged.sessions[ours["session"]] == theirs.sessions[theirs.get(key)["session"]]
+        envs = {json.dumps(env, sort_keys=True) for env in merged.sessions}
+        assert len(merged.sessions) == len(envs), "each session once"
     print(
         "selftest passed: budget stop, resume, skip of recorded runs, deterministic render, "
-        "two processes on one study, skip of runs expected to overrun the budget"
+        "two processes on one study, skip of runs expected to overrun the budget, merging "
+        "another checkout's records"
     )
 
 
 if __name__ == "__main__":
-    command = argparse.ArgumentParser(description="Render benchmark reports, or self-test.")
-    command.add_argument("what", choices=["render", "selftest"])
-    command.add_argument("names", nargs="*", default=["all"], help="studies to render, or all")
+    command = argparse.ArgumentParser(
+        description="Render benchmark reports, merge another checkout's records, or self-test."
+    )
+    command.add_argument("what", choices=["render", "merge", "selftest"])
+    command.add_argument("names", nargs="*", default=["all"], help="studies, or all")
+    command.add_argument("--source", type=Path, help="merge: the other checkout's results folder")
     parsed = command.parse_args()
-    selftest() if parsed.what == "selftest" else render_all(parsed.names)
+    if parsed.what == "selftest":
+        selftest()
+    elif parsed.what == "render":
+        render_all(parsed.names)
+    elif parsed.source is None:
+        command.error("merge needs --source, the results folder of the other checkout")
+    else:
+        for name in STUDIES if parsed.names == ["all"] else parsed.names:
+            if (parsed.source / f"{name}.jsonl").exists():
+                added = Store(name).merge(parsed.source / f"{name}.jsonl")
+                print(f"{name}: {added} record{'s' * (added != 1)} added")

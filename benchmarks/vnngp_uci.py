@@ -41,11 +41,12 @@ PRESETS = {
                   vnngp_iterations=50, svgp_iterations=50, num_inducing=64),
     # The paper's size (App. D.3.1; see the protocol of `render`): all training points, K = 32,
     # 300 epochs of batch 256, lr 0.01 with the MultiStep schedule, SVGP M = 1024 with batch
-    # 1024, 3 splits; our VNNGP with the jitter of the paper's code (GPyTorch's 1e-3, as
-    # `VNNGP.from_data`).
+    # 1024, 3 splits; our VNNGP as `VNNGP.from_data` builds it: the jitter of the paper's code
+    # (GPyTorch's 1e-3) and the KL on the data batch's own inducing points.
     "paper": dict(models=MODELS, splits=3, max_train=0, neighbors=32, batch_size=256,
                   svgp_batch_size=1024, inducing_batch_size=256, num_inducing=1024, epochs=300,
-                  vnngp_lr=0.01, svgp_lr=0.01, vnngp_jitter=1e-3, time_budget=None),
+                  vnngp_lr=0.01, svgp_lr=0.01, vnngp_jitter=1e-3, vnngp_kl="data",
+                  time_budget=None),
 }  # fmt: skip
 
 
@@ -59,19 +60,24 @@ def _has_paper_records():
 RENDER_PRESETS = ("paper",) if _has_paper_records() else ()
 GPYTORCH_PYTHON = "/work/gpytorch-venv/bin/python"
 GPFLOW_JITTER = 1e-6  # gpflow.config.default_jitter(): what a VNNGP key without vnngp_jitter ran at
-# The same runs with one setting changed, each shown beside the planned ones: (setting, its value
-# in keys without it, the other value, how to say a value, the section's title and why).
 KL_ESTIMATES = {"uniform": "the KL on inducing points drawn uniformly",
                 "data": "the KL on the data batch's own inducing points"}  # fmt: skip
+# The value of a setting in keys without it (records made before the setting existed).
+ABSENT = {"vnngp_kl": "uniform", "vnngp_jitter": GPFLOW_JITTER}
+SAY = {"vnngp_kl": KL_ESTIMATES.get, "vnngp_jitter": "ε = {:g}".format,
+       "vnngp_lr": "learning rate {:g}".format, "epochs": "{:g} epochs".format}  # fmt: skip
+UNIFORM = {"vnngp_kl": "uniform"}
+GRID = "the paper picked each setting from its grid by validation NLL"
+# The planned runs beside the same runs with settings changed, each section a pair of runs made
+# from a planned key: (title, why, the changes that make the first run, those of the second).
 VARIANTS = (
-    ("vnngp_lr", None, 0.005, "learning rate {:g}".format, "The paper's other grid value",
-     "the paper picked each setting from its grid by validation NLL"),
-    ("epochs", None, 500, "{:g} epochs".format, "The paper's other grid value",
-     "the paper picked each setting from its grid by validation NLL"),
-    ("vnngp_kl", "uniform", "data", KL_ESTIMATES.get, "The KL estimate of `from_data`",
-     "`kl_estimate='data_batch'`, each row's term divided by its input's number of rows; "
-     "GPyTorch estimates the KL on the data batch's inducing points, which at Z = X are the "
-     "batch's own inputs: does that explain its lower NLL on the larger sets?"),
+    ("The KL estimate", "`kl_estimate='data_batch'` is the default of `VNNGP.from_data` and "
+     "GPyTorch's estimate (at Z = X a data batch's inducing points are its own inputs); the "
+     "uniform sample was this study's first choice", {}, UNIFORM),
+    ("GPflow's default jitter", "the records made first, before the paper preset took the "
+     "jitter of the paper's code", UNIFORM, {**UNIFORM, "vnngp_jitter": GPFLOW_JITTER}),
+    ("The paper's other grid value", GRID, UNIFORM, {**UNIFORM, "vnngp_lr": 0.005}),
+    ("The paper's other grid value", GRID, UNIFORM, {**UNIFORM, "epochs": 500}),
 )  # fmt: skip
 BUDGET = 45
 
@@ -98,7 +104,7 @@ def arguments(parser):
                         help="python of a virtualenv with torch, gpytorch, faiss-cpu")  # fmt: skip
     parser.add_argument("--gpytorch-jitter", type=float, default=1e-3, help="GPyTorch jitter_val")
     parser.add_argument("--vnngp-jitter", type=float, help="our VNNGP's jitter (default GPflow's)")
-    parser.add_argument("--vnngp-kl", choices=list(KL_ESTIMATES), default="uniform",
+    parser.add_argument("--vnngp-kl", choices=list(KL_ESTIMATES), default=ABSENT["vnngp_kl"],
                         help="our VNNGP's KL: on --inducing-batch-size points drawn uniformly, "
                         "or on the data batch's own inducing points (GPyTorch's; "
                         "kl_estimate='data_batch')")  # fmt: skip
@@ -122,7 +128,7 @@ def key_of(args, **identity):
         key["gpytorch_jitter"] = args.gpytorch_jitter
     if identity.get("model") == "VNNGP" and args.vnngp_jitter is not None:
         key["vnngp_jitter"] = args.vnngp_jitter
-    if identity.get("model") == "VNNGP" and args.vnngp_kl != "uniform":
+    if identity.get("model") == "VNNGP" and args.vnngp_kl != ABSENT["vnngp_kl"]:
         key["vnngp_kl"] = args.vnngp_kl
     if identity.get("model") in ("SVGP", "TightSVGP") and args.svgp_batch_size:
         key["batch_size"] = args.svgp_batch_size
@@ -335,8 +341,8 @@ def paper_protocol(k, args, splits, records):
         "costs O(K^3) and K = 256 is about 500 times dearer per step; 300 of {300, 500} epochs; "
         "lr 0.01 of {0.005, 0.01}). The paper's 'iterations' are read as epochs (§4.2 trains for "
         "'300 epochs'; GPyTorch's VNNGP example loops over epochs and steps its MultiStepLR once "
-        "per epoch). Where the paper is silent, our choice: batch 256 for the data and for the "
-        "KL's inducing points (GPyTorch's `training_batch_size` = the same 256)"
+        "per epoch). Where the paper is silent, our choice: data batches of "
+        f"{k['batch_size']} (GPyTorch's `training_batch_size` = the same {k['batch_size']})"
         + (f"; for SVGP and TightSVGP batches of {svgp_batch}, as GPyTorch's SVGP regression "
            f"example: at M = {k['num_inducing']} the Cholesky factor of K_uu and its gradient "
            f"take much of a step's cost whatever the batch, and the larger batch takes "
@@ -356,8 +362,13 @@ def paper_protocol(k, args, splits, records):
         f"K = {k['neighbors']} "
         f"(prior and prediction), random ordering (seed = split), mean-field q initialised with "
         f"q_mu = {init} and q_sqrt = {k['vnngp_q_sqrt']}, data batch {k['batch_size']} with the "
-        f"neighbour rows of `model.training_data`, KL on {k['inducing_batch_size']} inducing "
-        "points per step drawn uniformly with replacement.",
+        f"neighbour rows of `model.training_data`, "
+        + (f"KL on {k['inducing_batch_size']} inducing points per step drawn uniformly with "
+           "replacement." if setting(key_of(args, model="VNNGP"), "vnngp_kl") == "uniform" else
+           "KL on the data batch's own inducing points, each row's term divided by the number "
+           "of training rows at its input (`kl_estimate='data_batch'`, as `VNNGP.from_data`: "
+           "GPyTorch's estimate; unbiased, and its mean over a partition of the rows into "
+           "equal batches is the exact KL; no separate inducing batch)."),
     ]  # fmt: skip
     if "GPyTorch" in args.models:
         protocol.append(gpytorch_bullet(k, records))
@@ -439,7 +450,11 @@ def render(report, records, missing, args):
     title = "VNNGP vs SVGP on UCI regression (scaled-down paper Tables 1-2)"
     if full:
         title = "VNNGP (ours and GPyTorch's) vs SVGP on UCI regression, paper-size Tables 1-2"
-    report.head(title, records + failed, protocol, missing)
+    plan = sorted([r["key"] for r in records + failed] + list(missing),
+                  key=lambda key: (list(SETS).index(key["dataset"]), key["split"]))  # fmt: skip
+    paired = [list(variants(report, plan, first, second)) for *_, first, second in VARIANTS]
+    report.head(title, records + failed, protocol, missing,
+                [run for pairs in paired for pair in pairs for run in pair])  # fmt: skip
     by = {}
     for r in records:
         by.setdefault(r["key"]["dataset"], {}).setdefault(r["key"]["model"], []).append(r)
@@ -531,13 +546,14 @@ def render(report, records, missing, args):
                 f"well below N = {k['max_train']:,}: {', '.join(dup)}."
             )
     if full or "GPyTorch" in shown:
-        findings += paper_sections(report, by, shown, missing, failed, args)
+        findings += paper_sections(report, by, shown, missing, failed, args, paired)
     report.section("Findings")
     report.bullets(findings)
 
 
-def paper_sections(report, by, shown, missing, failed, args):
-    """Runs done, the best model per set, VNNGP against the paper and against GPyTorch."""
+def paper_sections(report, by, shown, missing, failed, args, paired):
+    """Runs done, the best model per set, VNNGP against the paper, the runs of ``VARIANTS``
+    (``paired``: their pairs) and VNNGP against GPyTorch."""
     findings = []
     planned = {}
     for key in missing:
@@ -601,9 +617,8 @@ def paper_sections(report, by, shown, missing, failed, args):
                 f"at or below the paper's mean + 2 s.e. on {harness.of(reach['nll'], len(gaps))} "
                 f"sets for the NLL and {reach['rmse']} for the RMSE."
             )
-    findings += jitter_section(report, by)
-    for variant in VARIANTS:
-        findings += variant_section(report, by, *variant)
+    for variant, pairs in zip(VARIANTS, paired):
+        findings += variant_section(report, by, pairs, *variant)
     pairs = []
     for models in by.values():
         ours = {r["key"]["split"]: r for r in models.get("VNNGP", [])}
@@ -636,16 +651,30 @@ def paper_sections(report, by, shown, missing, failed, args):
     return findings
 
 
-def variants(report, by, models, other_key):
-    """(run, variant) pairs: each record of ``models`` and the record, if any, whose key is
-    ``other_key(key)`` (None: no variant), that is the same run with one setting changed."""
-    for runs in by.values():
-        for model in models:
-            for r in runs.get(model, []):
-                key = other_key(dict(r["key"]))
-                other = None if key is None else report.store.get(key)
-                if other is not None and "error" not in other:
-                    yield r, other
+def changed(key, settings):
+    """``key`` with ``settings`` changed (a setting at its ``ABSENT`` value leaves the key)."""
+    key = {**key, **settings}
+    for name, value in settings.items():
+        if name in ABSENT and ABSENT[name] == value:
+            del key[name]
+    return key
+
+
+def setting(key, name):
+    """The value of the setting ``name`` in ``key``."""
+    return key.get(name, ABSENT.get(name))
+
+
+def variants(report, plan, first, second):
+    """(run, run) pairs: for each planned key of the nearest-neighbour models (done or not), the
+    records of the key with the changes ``first`` and with the changes ``second`` (an entry of
+    ``VARIANTS``), where both exist, succeeded and differ."""
+    for key in plan:
+        if key["model"] in ("VNNGP", "GPyTorch"):
+            keys = [changed(key, c) for c in (first, second)]
+            pair = [report.store.get(k) for k in keys]
+            if keys[0] != keys[1] and all(x and "error" not in x for x in pair):
+                yield pair
 
 
 def gpytorch_run(by, key):
@@ -654,57 +683,30 @@ def gpytorch_run(by, key):
     return next((g for g in runs if g["key"]["split"] == key["split"]), None)
 
 
-def jitter_section(report, by):
-    """Our VNNGP at its jitter beside the same run at GPflow's default (records of the same key
-    without ``vnngp_jitter``, made before the paper preset set it) and GPyTorch's."""
-
-    def at_gpflow_jitter(key):
-        return None if key.pop("vnngp_jitter", None) is None else key
-
-    rows, gains, jitters = [], [], set()
-    for r, old in variants(report, by, ["VNNGP"], at_gpflow_jitter):
-        key = r["key"]
-        jitters.add(key["vnngp_jitter"])
-        peer = gpytorch_run(by, key) or {}
-        gains.append(old["nll"] - r["nll"])
-        rows.append([SETS[key["dataset"]][0], key["split"], f"{key['vnngp_jitter']:g}"] + [
-            f"{run[x]:.3f}" if run else "—" for x in ("nll", "rmse") for run in (old, r, peer)
-        ])  # fmt: skip
-    if not rows:
-        return []
-    report.section("Our VNNGP at GPflow's jitter (1e-6) and at the paper's code's")
-    report.add("The same runs (key, data, seed) with GPflow's default ε = 1e-6 (the records made "
-               "first) and with ε as in the third column, beside GPyTorch's (its `jitter_val` "
-               "1e-3).", "")  # fmt: skip
-    report.table(["dataset", "split", "ε", "NLL ε = 1e-6", "NLL ε", "NLL GPyTorch",
-                  "RMSE ε = 1e-6", "RMSE ε", "RMSE GPyTorch"], rows)  # fmt: skip
-    epsilon = " and ".join(f"{j:g}" for j in sorted(jitters))
-    return [f"Our VNNGP with ε = {epsilon} instead of GPflow's 1e-6: test NLL lower in "
-            f"{harness.of(sum(g > 0 for g in gains), len(gains))} runs (by "
-            f"{harness.span(gains, '.3f')} nats per test point)."]  # fmt: skip
-
-
-def variant_section(report, by, name, usual, other, say, title, why):
-    """The planned runs beside the same runs with the setting ``name`` at ``other`` (an entry of
-    ``VARIANTS``; keys without ``name`` have ``usual``), with the loss of the last epoch and of
-    the epoch before the first learning-rate drop (75%)."""
-
-    def at_other(key):
-        return None if key.get(name, usual) == other else {**key, name: other}
+def variant_section(report, by, pairs, title, why, first, second):
+    """The ``pairs`` of runs made from the planned runs by an entry of ``VARIANTS`` (``title``,
+    ``why``, the changes ``first`` and ``second``), with GPyTorch's NLL on the same split and the
+    loss of the last epoch and of the epoch before the first learning-rate drop (75%)."""
 
     def loss(run, fraction):
         epochs = run.get("epoch_loss", [])
         return f"{epochs[int(fraction * len(epochs)) - 1]:,.0f}" if epochs else "—"
 
-    pairs = list(variants(report, by, ["VNNGP", "GPyTorch"], at_other))
+    def show(value):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
     if not pairs:
         return []
-    value = pairs[0][0]["key"].get(name, usual)
-    here, there = say(value), say(other)
+    keys = [run["key"] for run in pairs[0]]
+    names = [
+        n for n in {**keys[0], **keys[1], **second} if len({show(setting(k, n)) for k in keys}) > 1
+    ]
+    here, there = (", ".join(SAY[n](setting(k, n)) for n in names) for k in keys)
+    both = "".join(f", both with {SAY[n](v)}" for n, v in first.items())
     report.section(f"{title}: {there}")
-    report.add(f"The same runs (key, data, seed) with {there} instead of {here} ({why}), with "
-               "the epoch-mean training loss just before the first drop (75% of the epochs) and "
-               "in the last epoch.", "")  # fmt: skip
+    report.add(f"The same runs (data, seed) with {there} instead of {here}{both} ({why}), with "
+               "GPyTorch's NLL on the same split and the epoch-mean training loss just before the "
+               "first drop (75% of the epochs) and in the last epoch.", "")  # fmt: skip
     peers = [gpytorch_run(by, a["key"]) if a["key"]["model"] == "VNNGP" else None
              for a, _ in pairs]  # fmt: skip
     columns = (("NLL", lambda r: f"{r['nll']:.3f}"), ("RMSE", lambda r: f"{r['rmse']:.3f}"),
@@ -717,25 +719,33 @@ def variant_section(report, by, name, usual, other, say, title, why):
         + [f"{peer['nll']:.3f}" if peer else "—"]
         for (a, b), peer in zip(pairs, peers)
     ]
+    values = [" ".join(show(setting(k, n)) for n in names) for k in keys]
     report.table(
-        ["dataset", "split", "model"] + [f"{x} {v}" for x, _ in columns for v in (value, other)]
+        ["dataset", "split", "model"] + [f"{x} {v}" for x, _ in columns for v in values]
         + ["NLL GPyTorch"],
         rows,
     )  # fmt: skip
     gains = [a["nll"] - b["nll"] for a, b in pairs]
-    findings = [f"With {there} instead of {here}: test NLL lower in "
+    findings = [f"With {there} instead of {here}{both}: test NLL lower in "
                 f"{harness.of(sum(g > 0 for g in gains), len(gains))} runs (by "
                 f"{harness.span(gains, '.3f')} nats per test point)."]  # fmt: skip
     beside = [(a["nll"], b["nll"], peer["nll"]) for (a, b), peer in zip(pairs, peers) if peer]
-    behind = [(a, b, g) for a, b, g in beside if a > g]  # GPyTorch's NLL lower than the usual's
+    if not beside:
+        return findings
+    findings.append(
+        f"At or below GPyTorch's NLL (of the {len(beside)} runs with a GPyTorch run): ours with "
+        f"{here} in {sum(a <= g for a, _, g in beside)}, with {there} in "
+        f"{sum(b <= g for _, b, g in beside)}."
+    )
+    if np.mean(gains) < 0:  # the second setting worse on average: the gap from it to the first
+        beside, here, there = [(b, a, g) for a, b, g in beside], there, here
+    behind = [(a, b, g) for a, b, g in beside if a > g]  # GPyTorch's NLL below the worse one's
     if behind:
         closed = [(a - b) / (a - g) for a, b, g in behind]
         findings.append(
-            f"Where GPyTorch's NLL is lower than ours with {here} "
-            f"({len(behind)} of the {len(beside)} runs with a GPyTorch run), {there} closes "
-            f"{harness.span([100 * c for c in closed], '.0f')}% of the gap (median "
-            f"{100 * float(np.median(closed)):.0f}%); ours with {there} is at or below GPyTorch's "
-            f"NLL in {harness.of(sum(b <= g for _, b, g in beside), len(beside))}."
+            f"Where GPyTorch's NLL is lower than ours with {here} ({len(behind)} runs), {there} "
+            f"closes {harness.span([100 * c for c in closed], '.0f')}% of the gap (median "
+            f"{100 * float(np.median(closed)):.0f}%)."
         )
     return findings
 
