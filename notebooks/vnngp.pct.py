@@ -31,9 +31,13 @@
 #
 # where $q(f_i)$ is Gaussian with mean $\mathbf a_i^\top \mathbf m_{n(i)}$ and every KL term
 # is in closed form. So both sums can be **minibatched**: a step draws $B$ data points and
-# $B_u$ inducing points and uses $\frac{N}{B}\sum_{i \in \text{batch}} -
-# \frac{M}{B_u}\sum_{j \in \text{batch}_u}$, an unbiased estimate that costs
-# $O((B + B_u) K^3)$ whatever $N$ and $M$. The neighbour tables are computed once.
+# uses $\frac{N}{B}\sum_{i \in \text{batch}}$ for the first sum. For the second it either
+# draws $B_u$ inducing points and uses $\frac{M}{B_u}\sum_{j \in \text{batch}_u}$, or, as
+# GPyTorch does, takes the terms of the batch's own inducing points (with $Z = X$, the
+# inducing point $j(i)$ at $\mathbf x_i$; each term divided by the number of rows at that
+# input when inputs repeat) and uses $\frac{N}{B}\sum_{i \in \text{batch}}$ again. Both
+# estimates are unbiased and cost $O((B + B_u) K^3)$ or $O(BK^3)$ whatever $N$ and $M$. The
+# neighbour tables are computed once.
 #
 # A low-rank SVGP with $M \ll N$ inducing points smooths away structure finer than the spacing
 # of its inducing points; VNNGP keeps a variable at every data point. This notebook shows that
@@ -101,27 +105,21 @@ svgp_seconds = time.perf_counter() - start
 # %% [markdown]
 # ## VNNGP: an inducing point at every training input
 #
-# `gpflow_tight.VNNGP` with $Z = X$ ($M = 3000$), $K = 16$ neighbours and a random ordering.
-# `model.training_data(X, Y)` looks up each training input's nearest inducing points once,
-# so the minibatches carry them; `inducing_batch_size=256` estimates the KL from 256 inducing
-# points per step. As $Z = X$, $q(\mathbf u)$ starts at the observations ($m_j = y_j$) with
-# small standard deviations (0.1): with one variational parameter per point, and each touched
-# only when it falls in or near a batch, this saves many epochs over the default start at 0.
+# `gpflow_tight.VNNGP.from_data` builds the paper's model from the training data: $Z$ = the
+# distinct training inputs ($M = 3000$), here $K = 16$ neighbours and a random ordering. As
+# $Z = X$, $q(\mathbf u)$ starts at the observations ($m_j$ = the target at $\mathbf z_j$) with
+# standard deviations a tenth of the targets': with one variational parameter per point, each
+# touched only when it falls in or near a batch, this saves many epochs over the
+# constructor's start at 0. Each step estimates the KL on the batch's own inducing points (as
+# GPyTorch does; exact over the whole training set), and the jitter is GPyTorch's 1e-3.
+# `model.training_data(X, Y)` looks up each training input's nearest inducing points once, so
+# the minibatches carry them.
 
 
 # %%
 def vnngp_model(**options):
-    return gpflow_tight.VNNGP(
-        kernel(),
-        gpflow.likelihoods.Gaussian(0.1),
-        X,
-        num_neighbors=16,
-        num_data=len(X),
-        inducing_batch_size=256,
-        q_mu=Y.copy(),
-        q_sqrt=np.full((len(X), 1), 0.1),
-        seed=0,
-        **options,
+    return gpflow_tight.VNNGP.from_data(
+        (X, Y), kernel(), gpflow.likelihoods.Gaussian(0.1), num_neighbors=16, seed=0, **options
     )
 
 
@@ -138,7 +136,7 @@ vnngp_seconds = time.perf_counter() - start
 # \tilde L\tilde L^\top)$ with a sparse lower-triangular factor on the prior's neighbour
 # pattern (row $j$ has entries in the columns $n(j) \cup \{j\}$), so neighbouring inducing
 # variables are correlated a posteriori. The ELBO still factorises over data and inducing
-# points and a step still costs $O((B + B_u)K^3)$ (`benchmarks/vnngp_structured_cost.py`
+# points and a step still costs $O(BK^3)$ (`benchmarks/vnngp_structured_cost.py`
 # measures it against the mean-field step, about 1.3-1.9 times as long). Same settings and
 # start (the off-diagonal entries start at 0, which is the mean-field $q$). On the full
 # settings (3,000 Adam steps) the run behind this text gave a full ELBO (exact KL) of about
@@ -218,7 +216,8 @@ plt.close(fig)
 # %% [markdown]
 # ## Notes
 #
-# * A training step of VNNGP costs $O((B + B_u)K^3)$, independent of $N$ and $M$
+# * A training step of VNNGP costs $O(BK^3)$ here (with `inducing_batch_size` $B_u$, the KL on
+#   $B_u$ points drawn uniformly: $O((B + B_u)K^3)$), independent of $N$ and $M$
 #   (`benchmarks/vnngp_cost.py` measures it up to $M = N = 10^5$); the one-off cost is the two
 #   neighbour tables (the prior's, built in the constructor, and the data's, from
 #   `training_data`).
