@@ -81,7 +81,7 @@ def dense_factor_of(model):
     return factor
 
 
-def dense_marginals(X, Z, q_mu, S, k, mean=0.0):
+def dense_marginals(X, Z, q_mu, S, k, mean=0.0, jitter=JITTER):
     """
     q(f_i) from eq. 25 with brute-force neighbours and a full S (the corrected eq. 32); a row
     of X that is an inducing input z_j reads q(u_j) = N(m_j, S_jj). Means and variances [N, L].
@@ -95,7 +95,7 @@ def dense_marginals(X, Z, q_mu, S, k, mean=0.0):
             variances.append(S[:, j, j])
             continue
         n = np.argsort(np.sum((Z - x) ** 2, axis=1))[:k]
-        K_nn = se_kernel(Z[n], Z[n], VARIANCE, LENGTHSCALE) + JITTER * np.eye(len(n))
+        K_nn = se_kernel(Z[n], Z[n], VARIANCE, LENGTHSCALE) + jitter * np.eye(len(n))
         k_nx = se_kernel(Z[n], x[None], VARIANCE, LENGTHSCALE)[:, 0]
         a = np.linalg.solve(K_nn, k_nx)
         A[i, n], c[i] = a, VARIANCE - k_nx @ a
@@ -132,16 +132,19 @@ def structured_problem(rng, k=3, size=30, num_inducing=12, num_latent=2, **kwarg
 # --- (a) the ELBO against the dense formula ---------------------------------------------------
 
 
-def test_elbo_kl_and_predictions_equal_dense_formula(rng):
+@pytest.mark.parametrize("jitter", [None, 1e-2])  # GPflow's default ε, or the model's own
+def test_elbo_kl_and_predictions_equal_dense_formula(rng, jitter):
     k = 3
     X, Y, Z, q_mu, S, sets, model = structured_problem(
-        rng, k, size=26, mean_function=gpflow.mean_functions.Constant(MEAN), num_data=30
-    )
+        rng, k, size=26, mean_function=gpflow.mean_functions.Constant(MEAN), num_data=30,
+        jitter=jitter,
+    )  # fmt: skip
+    epsilon = JITTER if jitter is None else jitter
     X = np.vstack([X, Z[:4]])  # four data points are inducing inputs: q(f_i) = q(u_j)
     Y = np.vstack([Y, rng.standard_normal((4, 2))])
-    precision = dense_nn_precision(Z, sets)
+    precision = dense_nn_precision(Z, sets, epsilon)
     kl = sum(dense_kl(q_mu[:, l] - MEAN, S[l], precision) for l in range(2))
-    mean, var, _, _ = dense_marginals(X, Z, q_mu, S, k, mean=MEAN)
+    mean, var, _, _ = dense_marginals(X, Z, q_mu, S, k, mean=MEAN, jitter=epsilon)
     reference = gaussian_expectation(Y, mean, var) - kl
 
     np.testing.assert_allclose(model.prior_kl().numpy(), kl, rtol=1e-10)
@@ -149,7 +152,7 @@ def test_elbo_kl_and_predictions_equal_dense_formula(rng):
     np.testing.assert_allclose(model.elbo(model.training_data(X, Y)).numpy(), reference, rtol=1e-10)
 
     Xnew = rng.uniform(-3, 3, (7, 2))
-    mean, var, A, c = dense_marginals(Xnew, Z, q_mu, S, k, mean=MEAN)
+    mean, var, A, c = dense_marginals(Xnew, Z, q_mu, S, k, mean=MEAN, jitter=epsilon)
     f_mean, f_var = model.predict_f(Xnew)
     np.testing.assert_allclose(f_mean.numpy(), mean, rtol=1e-10)
     np.testing.assert_allclose(f_var.numpy(), var, rtol=1e-10)
