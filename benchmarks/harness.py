@@ -165,7 +165,9 @@ class Store:
         """
         Append the records of ``path`` (another copy of this study's records, such as a second
         checkout's that ran part of a study) whose keys this store lacks, each session they
-        come from added once and their session numbers renumbered to it; returns how many.
+        come from added once (sessions equal in every field are one) and their session numbers
+        renumbered to it; returns how many. Failed runs' records come along like the others; a
+        key this store has, failed or not, is kept as it is.
         """
         self.load()
         theirs: list[dict] = []
@@ -509,8 +511,8 @@ class Report:
         """Title, the sessions that produced ``records`` (the planned runs) and ``beside`` (other
         runs the report shows), the protocol and what is missing."""
         self.lines = [f"# {title}", ""]
-        shown = records + [r for r in beside if r not in records]
-        used = sorted({r["session"] for r in shown})
+        shown = list({canonical(r["key"]): r for r in [*records, *beside]}.values())
+        used = sorted({r["session"] for r in shown}, key=lambda i: self.store.sessions[i]["date"])
         sessions = [self.store.sessions[i] for i in used]
         self.lines += session_lines(sessions, [sum(r["session"] == i for r in shown) for i in used])
         self.section("Protocol")
@@ -723,9 +725,9 @@ def selftest() -> None:
         Store("toy", copies[0]).add(plan[0], {"error": 0.0})
         for copy in copies[1:]:
             shutil.copytree(copies[0], copy)
-        Store("toy", copies[1]).add(plan[1], {"error": 0.1})
-        Store("toy", copies[2]).add(plan[2], {"error": 0.2})
-        Store("toy", copies[2]).add(plan[1], {"error": 0.3})  # also in b: b's is kept
+        Store("toy", copies[1], threads=1).add(plan[1], {"error": 0.1})  # sessions that differ
+        Store("toy", copies[2], threads=2).add(plan[2], {"error": 0.2})
+        Store("toy", copies[2], threads=3).add(plan[1], {"error": 0.3})  # also in b: b's is kept
         store = Store("toy", copies[0])
         assert [store.merge(copies[i] / "toy.jsonl") for i in (1, 2, 2)] == [1, 1, 0]
         merged = Store("toy", copies[0])
@@ -733,8 +735,7 @@ def selftest() -> None:
             theirs, ours = Store("toy", source), merged.get(key)
             assert ours == {**theirs.get(key), "session": ours["session"]}
             assert merged.sessions[ours["session"]] == theirs.sessions[theirs.get(key)["session"]]
-        envs = {json.dumps(env, sort_keys=True) for env in merged.sessions}
-        assert len(merged.sessions) == len(envs), "each session once"
+        assert [env["threads"] for env in merged.sessions][1:] == [1, 2], "each session once"
     print(
         "selftest passed: budget stop, resume, skip of recorded runs, deterministic render, "
         "two processes on one study, skip of runs expected to overrun the budget, merging "
@@ -754,10 +755,10 @@ if __name__ == "__main__":
         selftest()
     elif parsed.what == "render":
         render_all(parsed.names)
-    elif parsed.source is None:
+    elif parsed.source is None or not parsed.source.is_dir():
         command.error("merge needs --source, the results folder of the other checkout")
     else:
         for name in STUDIES if parsed.names == ["all"] else parsed.names:
-            if (parsed.source / f"{name}.jsonl").exists():
-                added = Store(name).merge(parsed.source / f"{name}.jsonl")
-                print(f"{name}: {added} record{'s' * (added != 1)} added")
+            source = parsed.source / f"{name}.jsonl"
+            added = Store(name).merge(source) if source.exists() else 0
+            print(f"{name}: {added} record{'s' * (added != 1)} added")

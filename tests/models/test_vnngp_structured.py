@@ -132,7 +132,7 @@ def structured_problem(rng, k=3, size=30, num_inducing=12, num_latent=2, **kwarg
 # --- (a) the ELBO against the dense formula ---------------------------------------------------
 
 
-@pytest.mark.parametrize("jitter", [None, 1e-2])  # GPflow's default ε, or the model's own
+@pytest.mark.parametrize("jitter", [None, 1e-2])  # GPflow's default ε, or one given to the model
 def test_elbo_kl_and_predictions_equal_dense_formula(rng, jitter):
     k = 3
     X, Y, Z, q_mu, S, sets, model = structured_problem(
