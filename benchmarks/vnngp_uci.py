@@ -65,8 +65,7 @@ KL_ESTIMATES = {"uniform": "the KL on inducing points drawn uniformly",
 REPEAT_OFFSET = 1e-7  # `--vnngp-z rows`: the k-th repeat of an input moves k times this
 INDUCING_SETS = {
     "distinct": "one inducing point per distinct input",
-    "rows": "one inducing point per training row (GPyTorch's set; an input's k-th repeat moved "
-    f"by k x {REPEAT_OFFSET:g} in the first coordinate)",
+    "rows": "one inducing point per training row (GPyTorch's set)",
 }
 # The value of a setting in keys without it (records made before the setting existed).
 ABSENT = {"vnngp_kl": "uniform", "vnngp_jitter": GPFLOW_JITTER, "vnngp_z": "distinct"}
@@ -83,7 +82,9 @@ VARIANTS = (
      "uniform sample was this study's first choice", {}, UNIFORM),
     ("The inducing set", "GPyTorch's mode 1 takes Z = X row for row, the repeats of an input "
      "included (made non-singular by its jitter); ours keeps the distinct inputs, about a "
-     "third of the rows on the KEGG sets", {}, {"vnngp_z": "rows"}),
+     "third of the rows on the KEGG sets. To give every row its own inducing point, the k-th "
+     f"repeat of an input is moved by k x {REPEAT_OFFSET:g} in the first coordinate",
+     {}, {"vnngp_z": "rows"}),
     ("GPflow's default jitter", "These are the records made first, before the paper preset "
      "took the jitter of the paper's code", UNIFORM, {**UNIFORM, "vnngp_jitter": GPFLOW_JITTER}),
     ("The paper's other grid value", GRID, UNIFORM, {**UNIFORM, "vnngp_lr": 0.005}),
