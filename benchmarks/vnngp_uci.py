@@ -332,7 +332,7 @@ def gpytorch_bullet(k, records):
 def vnngp_jitter(records, k):
     """Our VNNGP's jitter in the records (GPflow's default where the key has none)."""
     keys = [r["key"] for r in records if r["key"]["model"] == "VNNGP"] or [k]
-    values = sorted({key.get("vnngp_jitter", GPFLOW_JITTER) for key in keys})
+    values = sorted({setting(key, "vnngp_jitter") for key in keys})
     return " and ".join(f"{v:g}" for v in values) + (
         " (GPyTorch's `jitter_val`, as `VNNGP.from_data`)" if values == [1e-3] else ""
     )
