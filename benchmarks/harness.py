@@ -55,6 +55,7 @@ STUDIES = [
     "step_flops", "tsvgp_bound", "trieste_loop", "classic_cost", "convolved_cost",
     "decoupled_cost", "power_ep_synthetic", "tsvgp_classification", "power_ep_banana",
     "gplvm_oil_flow_inits", "vnngp_neighbors", "vnngp_init", "tsvgp_initial_beta",
+    "vnngp_search_cost",
 ]  # fmt: skip
 
 

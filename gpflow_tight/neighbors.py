@@ -20,6 +20,8 @@ more than 16 dimensions the graph search sums them with ``tf.reduce_sum``, and t
 to the rounding of distances that are equal in exact arithmetic).
 """
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import tensorflow as tf
 from scipy.spatial import cKDTree
@@ -36,6 +38,7 @@ _BRUTE_FORCE_BLOCK = 32  # below this block size, distances are cheaper than tre
 QUERY_BLOCK = 512  # query rows per block of the graph search
 WORKING_ELEMENTS = 2**20  # distances per working block of the graph search (8 MB in float64)
 _UNROLLED_DIM = 16  # up to this dimension, distances are summed one coordinate at a time
+_CANDIDATES_PER_NEIGHBOR = 2  # the screen's candidates per neighbour sought
 _TIE_TOLERANCE = 1e-9  # k-d tree distances this close (relatively) are re-ranked exactly
 
 
@@ -52,20 +55,25 @@ def graph_nearest_neighbors(
     Indices [Q, k] (int64) of the ``k`` nearest ``points`` [M, D] to each of the ``queries``
     [Q, D], nearest first; ties go to the lower index.
 
-    A brute-force search that never holds the [Q, M] distance matrix: for each block of
+    A brute-force search that never holds the [Q, M] distance matrix. For each block of
     ``query_block`` queries (default ``QUERY_BLOCK`` = 512), a ``tf.while_loop`` scans the points
-    in blocks of ``point_block``, takes each block's ``k`` nearest with ``tf.math.top_k`` and
-    merges them with the running ``k`` nearest (one more ``top_k`` over 2k candidates). Squared
-    distances are sums of squared coordinate differences, as in a k-d tree, not
-    :math:`\\|x\\|^2 - 2x^Tz + \\|z\\|^2`, whose cancellation can reorder close neighbours. Cost
-    :math:`O(QMD)`; memory :math:`O(Qk)` plus a working block of ``query_block × point_block``
-    distances (× D above 16 dimensions): by default ``point_block`` makes it
-    ``WORKING_ELEMENTS`` = 2²⁰ (8 MB in float64), and it is at least ``k``.
+    in blocks of ``point_block`` and keeps a running 2k candidates with ``tf.math.top_k``, ranked
+    by a lower bound on their distance from one matrix product per block (a screen, see
+    :func:`_search`); the k nearest candidates by exact squared distance are the answer wherever
+    the bound proves no other point nearer, which on data without near-ties is every query. The
+    other queries are searched again by exact squared distances alone. Exact squared distances
+    are sums of squared coordinate differences, as in a k-d tree, not
+    :math:`\\|x\\|^2 - 2x^Tz + \\|z\\|^2`, whose cancellation can reorder close neighbours: the
+    screen's bound accounts for that cancellation. Cost :math:`O(QMD)`, mostly in matrix
+    products and ``top_k``; memory :math:`O(Qk)` plus a working block of ``query_block ×
+    point_block`` values (by default ``point_block`` makes it ``WORKING_ELEMENTS`` = 2²⁰, 8 MB in
+    float64; the exact search divides it by D above 16 dimensions). Blocks hold at least 2k
+    points.
 
-    Ties: ``tf.math.top_k`` puts the lower position first among equal values; the running
-    candidates (lower indices, sorted by distance then index) precede each new block's (higher
-    indices, sorted likewise), so every merge keeps the ``k`` smallest (distance, index) pairs in
-    lexicographic order, on every device.
+    Ties: ``tf.math.top_k`` puts the lower position first among equal values, and every ranking
+    that decides the answer sees its candidates in index order (see :func:`_lowest_over_blocks`),
+    so the result is the ``k`` smallest (distance, index) pairs in lexicographic order, on every
+    device.
 
     Only TensorFlow ops, so it runs inside ``tf.function`` and in a SavedModel alike; an eager
     call runs the same ops as a (cached) ``tf.function``, which fuses them. No gradient flows
@@ -82,100 +90,212 @@ def graph_nearest_neighbors(
     if dim is None or points.shape.rank != 2:
         raise ValueError(f"`points` must be [M, D] with a known D, got shape {points.shape}.")
     query_block = max(int(QUERY_BLOCK if query_block is None else query_block), 1)
-    if point_block is None:
-        point_block = WORKING_ELEMENTS // (query_block * (1 if dim <= _UNROLLED_DIM else dim))
-    point_block = max(int(point_block), k)
 
     if queries.shape.rank != 2 or queries.shape[-1] not in (None, dim):
         raise ValueError(f"`queries` must be [Q, {dim}], got shape {queries.shape}.")
     if points.shape[0] is not None and k > points.shape[0]:
         raise ValueError(f"`k` = {k} exceeds the number of points, {points.shape[0]}.")
+    if point_block is None:  # working blocks of WORKING_ELEMENTS distances (or differences)
+        screen_block = WORKING_ELEMENTS // query_block
+        exact_block = WORKING_ELEMENTS // (query_block * (1 if dim <= _UNROLLED_DIM else dim))
+    else:
+        screen_block = exact_block = int(point_block)
+    blocks = (query_block, max(screen_block, _CANDIDATES_PER_NEIGHBOR * k), max(exact_block, k))
     if tf.executing_eagerly():  # the same ops, compiled: fused kernels, no per-op dispatch
-        return _compiled_search(points, queries, k, dim, query_block, point_block)
-    return _search(points, queries, k, dim, query_block, point_block)
+        return _compiled_search(points, queries, k, dim, *blocks)
+    return _search(points, queries, k, dim, *blocks)
 
 
 @tf.autograph.experimental.do_not_convert
 def _search(
-    points: tf.Tensor, queries: tf.Tensor, k: int, dim: int, query_block: int, point_block: int
+    points: tf.Tensor,
+    queries: tf.Tensor,
+    k: int,
+    dim: int,
+    query_block: int,
+    screen_point_block: int,
+    exact_point_block: int,
 ) -> tf.Tensor:
-    """:func:`graph_nearest_neighbors` with checked arguments and the block sizes chosen."""
+    """
+    :func:`graph_nearest_neighbors` with checked arguments and the block sizes chosen: a screen
+    by matrix products, exact re-ranking of its candidates, and :func:`_exact_search` for the
+    rows the screen cannot certify.
+
+    The screen ranks the points by a lower bound on their squared distance: the expansion
+    :math:`\\|q'\\|^2 - 2q'^Tp' + \\|p'\\|^2` in float64 of the inputs centred on the points'
+    mean, less a bound on its rounding error, :math:`\\tau(\\|q'\\| + \\|p'\\|)^2`. It keeps the
+    ``_CANDIDATES_PER_NEIGHBOR`` × k lowest bounds; their exact distances (summed as the exact
+    search sums them) give the k nearest candidates. A row is certified when the largest bound
+    kept, less the rounding of exact distances in the inputs' precision, still exceeds the k-th
+    candidate's distance: every point left out is then strictly farther, so the result is the
+    exact search's, ties included. Rows not certified (many points within rounding of each
+    other, or distances that overflow) are searched exactly.
+    """
     # a compiled search traced for several shapes sees [None, None]: restore the static D
     points, queries = tf.ensure_shape(points, [None, dim]), tf.ensure_shape(queries, [None, dim])
     num_points = tf.shape(points, out_type=tf.int64)[0]
-    num_point_blocks = (num_points + point_block - 1) // point_block
-    block_offsets = tf.range(point_block, dtype=tf.int64)
+    width = _CANDIDATES_PER_NEIGHBOR * k
+    centre = tf.reduce_mean(tf.cast(points, tf.float64), axis=0)
+    screen_tolerance = 2 * (2 * dim + 12) * float(np.finfo(np.float64).eps)
+    exact_shrink = 1 - 2 * (dim + 3) * float(np.finfo(points.dtype.as_numpy_dtype).eps)
 
-    def block_top_k(chunk: tf.Tensor, block: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The k nearest of block ``block`` (padded past M with +inf): distances, indices."""
-        index = block * point_block + block_offsets  # [P]
-        rows = tf.gather(points, tf.minimum(index, num_points - 1))  # [P, D]
-        distances = _squared_distances(chunk, rows)
-        distances = tf.where(index[None, :] < num_points, distances, np.inf)  # [C, P]
+    def centred(rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Rows in float64 less the points' mean, and their squared norms."""
+        rows = tf.cast(rows, tf.float64) - centre
+        return rows, tf.reduce_sum(tf.square(rows), axis=-1)
+
+    def search(chunk: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The k nearest points [C, k] of the query rows ``chunk`` [C, D], and whether the
+        screen certifies them [C]."""
+        shifted, squared = centred(chunk)
+
+        def lower_bounds(block: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            index, rows = _point_block(points, num_points, block, screen_point_block)
+            rows, row_squared = centred(rows)
+            products = tf.matmul(shifted, rows, transpose_b=True)
+            expansion = squared[:, None] - 2 * products + row_squared
+            spread = tf.square(tf.sqrt(squared)[:, None] + tf.sqrt(row_squared))
+            bounds = expansion - screen_tolerance * spread
+            bounds = tf.where(tf.math.is_nan(bounds), tf.constant(-np.inf, tf.float64), bounds)
+            return tf.where(index < num_points, bounds, np.inf), index
+
+        num_blocks = (num_points + screen_point_block - 1) // screen_point_block
+        bounds, candidates = _lowest_over_blocks(lower_bounds, num_blocks, width)
+        candidates = tf.sort(candidates, axis=1)  # top_k's ties then go to the lower index
+        rows = tf.gather(points, tf.minimum(candidates, num_points - 1))  # [C, width, D]
+        distances = _squared_distances(chunk[:, None, :], rows)
+        distances = tf.where(candidates < num_points, distances, np.inf)
         nearest = tf.math.top_k(-distances, k=k)
-        return -nearest.values, tf.gather(index, nearest.indices)
+        radius = tf.cast(-nearest.values[:, -1], tf.float64)
+        certified = (bounds[:, -1] * exact_shrink > radius) | (width >= num_points)
+        return tf.gather(candidates, nearest.indices, batch_dims=1), certified
 
-    def search(chunk: tf.Tensor) -> tf.Tensor:
-        """The k nearest points [C, k] of the query rows ``chunk`` [C, D]."""
-
-        def merge(
-            block: tf.Tensor, best: tf.Tensor, best_index: tf.Tensor
-        ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            distances, index = block_top_k(chunk, block)
-            candidates = tf.concat([best, distances], axis=1)  # [C, 2k], running ones first
-            candidate_index = tf.concat([best_index, index], axis=1)
-            nearest = tf.math.top_k(-candidates, k=k)
-            chosen = tf.gather(candidate_index, nearest.indices, batch_dims=1)
-            return block + 1, -nearest.values, chosen
-
-        # The first block holds at least k points (k ≤ M, point_block ≥ k): the running k
-        # nearest are real points from the start, even if distances overflow to +inf.
-        best, best_index = block_top_k(chunk, tf.constant(0, tf.int64))
-        _, _, best_index = tf.while_loop(
-            lambda block, *_: block < num_point_blocks,
-            merge,
-            (tf.constant(1, tf.int64), best, best_index),
-            parallel_iterations=1,
-        )
-        return best_index
-
-    num_queries = tf.shape(queries, out_type=tf.int64)[0]
-    num_query_blocks = (num_queries + query_block - 1) // query_block
-
-    def next_query_block(
-        block: tf.Tensor, found: tf.TensorArray
-    ) -> tuple[tf.Tensor, tf.TensorArray]:
-        chunk = queries[block * query_block : (block + 1) * query_block]
-        return block + 1, found.write(tf.cast(block, tf.int32), search(chunk))
-
-    # One more slot, holding no rows, so that the concatenation is never empty (Q = 0).
-    size = tf.cast(num_query_blocks, tf.int32) + 1
-    found = tf.TensorArray(tf.int64, size=size, infer_shape=False, element_shape=[None, k])
-    found = found.write(size - 1, tf.zeros([0, k], tf.int64))
-    _, found = tf.while_loop(
-        lambda block, _: block < num_query_blocks,
-        next_query_block,
-        (tf.constant(0, tf.int64), found),
-        parallel_iterations=1,
+    found, certified = _over_query_blocks(
+        queries, query_block, search, [(tf.int64, [k]), (tf.bool, [])]
     )
-    return found.concat()
+    uncertain = tf.where(~certified)
+    exact = _exact_search(
+        points, tf.gather_nd(queries, uncertain), k, dim, query_block, exact_point_block
+    )
+    return tf.tensor_scatter_nd_update(found, uncertain, exact)
 
 
 _compiled_search = tf.function(_search, reduce_retracing=True, autograph=False)
 
 
+@tf.autograph.experimental.do_not_convert
+def _exact_search(
+    points: tf.Tensor, queries: tf.Tensor, k: int, dim: int, query_block: int, point_block: int
+) -> tf.Tensor:
+    """The k nearest ``points`` [C, k] of ``queries`` by exact squared distances alone."""
+    num_points = tf.shape(points, out_type=tf.int64)[0]
+
+    def search(chunk: tf.Tensor) -> tuple[tf.Tensor]:
+        def distances(block: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            index, rows = _point_block(points, num_points, block, point_block)
+            distances = _squared_distances(chunk[:, None, :], rows[None, :, :])
+            return tf.where(index < num_points, distances, np.inf), index
+
+        num_blocks = (num_points + point_block - 1) // point_block
+        return (_lowest_over_blocks(distances, num_blocks, k)[1],)
+
+    return _over_query_blocks(queries, query_block, search, [(tf.int64, [k])])[0]
+
+
+def _point_block(
+    points: tf.Tensor, num_points: tf.Tensor, block: tf.Tensor, size: int
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Indices [P] and rows [P, D] of block ``block`` of ``size`` points; past M the indices
+    go on and the rows repeat the last point."""
+    index = block * size + tf.range(size, dtype=tf.int64)
+    return index, tf.gather(points, tf.minimum(index, num_points - 1))
+
+
+def _lowest_over_blocks(
+    scores: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]], num_blocks: tf.Tensor, width: int
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """
+    The ``width`` lowest scores [C, width], ascending, and their indices, over ``num_blocks``
+    blocks of points: ``scores(block)`` gives a block's scores [C, P] (+inf past M) and indices
+    [P], with P ≥ ``width``. A ``tf.while_loop`` merges each block's ``width`` lowest into the
+    running ones with one more ``tf.math.top_k`` over 2 × ``width`` candidates.
+
+    Ties: ``tf.math.top_k`` puts the lower position first among equal values; the running
+    candidates (lower indices, sorted by score then index) precede each new block's (higher
+    indices, sorted likewise), so every merge keeps the lowest (score, index) pairs in
+    lexicographic order. The first block fills every slot with a real point (P ≥ ``width`` and,
+    as the callers ensure, ``width`` ≤ M or the padding scores +inf), even where scores
+    overflow to +inf.
+    """
+
+    def block_lowest(block: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        values, index = scores(block)
+        lowest = tf.math.top_k(-values, k=width)
+        return -lowest.values, tf.gather(index, lowest.indices)
+
+    def merge(
+        block: tf.Tensor, best: tf.Tensor, best_index: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        values, index = block_lowest(block)
+        lowest = tf.math.top_k(-tf.concat([best, values], axis=1), k=width)
+        chosen = tf.gather(tf.concat([best_index, index], axis=1), lowest.indices, batch_dims=1)
+        return block + 1, -lowest.values, chosen
+
+    best, best_index = block_lowest(tf.constant(0, tf.int64))
+    _, best, best_index = tf.while_loop(
+        lambda block, *_: block < num_blocks,
+        merge,
+        (tf.constant(1, tf.int64), best, best_index),
+        parallel_iterations=1,
+    )
+    return best, best_index
+
+
+def _over_query_blocks(
+    queries: tf.Tensor,
+    query_block: int,
+    search: Callable[[tf.Tensor], tuple[tf.Tensor, ...]],
+    outputs: Sequence[tuple[tf.DType, list[int]]],
+) -> list[tf.Tensor]:
+    """``search`` over blocks of ``query_block`` rows of ``queries`` in a ``tf.while_loop``,
+    its results concatenated: one tensor [Q, *shape] per (dtype, shape) of ``outputs``."""
+    num_queries = tf.shape(queries, out_type=tf.int64)[0]
+    num_blocks = (num_queries + query_block - 1) // query_block
+    # One more slot, holding no rows, so that the concatenation is never empty (Q = 0).
+    size = tf.cast(num_blocks, tf.int32) + 1
+    arrays = [
+        tf.TensorArray(dtype, size=size, infer_shape=False, element_shape=[None, *shape]).write(
+            size - 1, tf.zeros([0, *shape], dtype)
+        )
+        for dtype, shape in outputs
+    ]
+
+    def next_block(block: tf.Tensor, *arrays: tf.TensorArray) -> tuple:
+        results = search(queries[block * query_block : (block + 1) * query_block])
+        slot = tf.cast(block, tf.int32)
+        return (block + 1, *[a.write(slot, r) for a, r in zip(arrays, results)])
+
+    _, *arrays = tf.while_loop(
+        lambda block, *_: block < num_blocks,
+        next_block,
+        (tf.constant(0, tf.int64), *arrays),
+        parallel_iterations=1,
+    )
+    return [a.concat() for a in arrays]
+
+
 def _squared_distances(queries: tf.Tensor, points: tf.Tensor) -> tf.Tensor:
     """
-    [Q, P] sums of squared coordinate differences, accumulated in coordinate order; one [Q, P]
-    array at a time for up to ``_UNROLLED_DIM`` dimensions, else via a [Q, P, D] array.
+    Sums of squared coordinate differences of ``queries`` [..., D] and ``points`` [..., D]
+    (broadcast), accumulated in coordinate order for up to ``_UNROLLED_DIM`` dimensions, else by
+    ``tf.reduce_sum``.
     """
     dim = points.shape[-1]
     if dim > _UNROLLED_DIM:
-        return tf.reduce_sum(tf.square(queries[:, None, :] - points[None, :, :]), axis=-1)
-    points = tf.transpose(points)  # [D, P]
-    distances = tf.square(queries[:, :1] - points[:1])
+        return tf.reduce_sum(tf.square(queries - points), axis=-1)
+    distances = tf.square(queries[..., 0] - points[..., 0])
     for d in range(1, dim):
-        distances += tf.square(queries[:, d : d + 1] - points[d : d + 1])
+        distances += tf.square(queries[..., d] - points[..., d])
     return distances
 
 

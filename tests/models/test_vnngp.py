@@ -252,6 +252,65 @@ def test_ties_go_to_the_lower_index(rng, point_block):
     np.testing.assert_array_equal(nearest_neighbors(points, queries, 9), expected)
 
 
+@pytest.fixture
+def exact_search_rows(monkeypatch):
+    """The number of query rows each traced search hands to the exact search, in call order."""
+    rows = []
+    exact_search = neighbors._exact_search
+
+    def recording(points, queries, *args):
+        tf.py_function(lambda n: rows.append(int(n)), [tf.shape(queries)[0]], [])
+        return exact_search(points, queries, *args)
+
+    monkeypatch.setattr(neighbors, "_exact_search", recording)
+    return rows
+
+
+def traced_search(points, queries, k):
+    """The graph search in a new ``tf.function`` (so traced with the module as it is now)."""
+    return tf.function(lambda P, Q: graph_nearest_neighbors(P, Q, k))(points, queries).numpy()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_the_screen_certifies_data_without_ties(rng, exact_search_rows, dtype, offset):
+    """On continuous data the screen's bound proves every row (even far from the origin: the
+    screen centres the inputs), so nothing is searched twice; the answer is brute force's."""
+    if dtype == np.float32 and offset:
+        offset = 1e3  # float32 resolves 1e6 + N(0, 1) to 0.06 only: near-ties everywhere
+    points = (offset + rng.standard_normal((300, 3))).astype(dtype)
+    queries = (offset + rng.standard_normal((50, 3))).astype(dtype)
+    found = traced_search(points, queries, 5)
+    np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 5))
+    assert exact_search_rows == [0]
+
+
+def test_the_screen_hands_ties_to_the_exact_search(rng, exact_search_rows):
+    """Rows whose k-th and 2k-th nearest points tie (more tied points than the screen keeps
+    candidates) cannot be certified: the exact search answers them, with the lowest indices
+    among the ties; the other rows it does not see."""
+    points = rng.standard_normal((60, 2))
+    points[rng.choice(60, 30, replace=False)] = points[7]  # 31 copies of one point
+    queries = np.concatenate([points[[7, 7, 7]], rng.standard_normal((20, 2))])
+    found = traced_search(points, queries, 4)
+    np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 4))
+    distances = np.sort(np.sum((queries[:, None] - points[None]) ** 2, axis=-1), axis=1)
+    tied = np.sum(distances[:, 7] == distances[:, 3])
+    assert 3 <= tied < len(queries) and exact_search_rows == [tied]
+
+
+def test_overflowing_distances_go_to_the_exact_search(rng, exact_search_rows):
+    """Where squared distances overflow to +inf the screen's bounds are not numbers; the exact
+    search then ranks every point as infinitely far, so the lowest indices win."""
+    points = 1e200 * rng.standard_normal((20, 2))
+    queries = 1e200 * rng.standard_normal((6, 2))
+    found = traced_search(points, queries, 3)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 3))
+    np.testing.assert_array_equal(found, np.tile([0, 1, 2], (6, 1)))
+    assert exact_search_rows == [6]
+
+
 def test_graph_search_rejects_bad_arguments(rng):
     points = rng.standard_normal((5, 2))
     with pytest.raises(ValueError, match="exceeds"):
@@ -281,7 +340,9 @@ def test_graph_search_holds_no_query_by_inducing_matrix(rng):
             shapes += [tuple(t.shape.as_list()) for t in op.outputs if t.shape.rank]
             if op.type in ("While", "StatelessWhile"):
                 graphs += [graph._functions[op.get_attr(a).name].graph for a in ("body", "cond")]
-    assert visited == 5  # the function, the two loops' bodies and conditions
+    # the function, and the bodies and conditions of the screen's and the exact search's loops
+    # over query blocks and over point blocks
+    assert visited == 9
     assert {s for s in shapes if num_points in s} == {(num_points, 2)}
 
 
