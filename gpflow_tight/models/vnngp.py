@@ -184,8 +184,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         points drawn uniformly) or ``"data_batch"`` (the data batch's own inducing points).
     :param data_multiplicity: for ``kl_estimate="data_batch"``, the number of training rows at
         each inducing input, integers [M] ≥ 1 summing to ``num_data`` (default: one each, Z = X
-        with distinct rows; without ``num_data`` the sum is not checked); :meth:`from_data`
-        sets it.
+        with distinct rows; without ``num_data`` every batch must have that many rows, the
+        whole training set); :meth:`from_data` sets it.
     """
 
     _constructor_only = (
@@ -559,16 +559,20 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         mean, var = self._q_g(X, neighbors)
         return mean + self.mean_function(X), var
 
-    def _q_f_searched(self, X: tf.Tensor) -> MeanAndVariance:
+    def _inducing_rows(self, X: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The row of Z each row of X equals, and whether there is one (:math:`O(BD \\log M)`,
+        :func:`~gpflow_tight.neighbors.graph_find_rows`)."""
+        return graph_find_rows(self.inducing_variable.Z, self._sorted_rows, X)
+
+    def _q_f_searched(self, X: tf.Tensor, rows: tf.Tensor, found: tf.Tensor) -> MeanAndVariance:
         """
-        Eq. 25 at X without given neighbours. When every row of X is an inducing input (found
-        by :func:`~gpflow_tight.neighbors.graph_find_rows`, :math:`O(BD \\log M)`), the
-        marginals are read off q(u) with no neighbour search; otherwise the nearest inducing
-        inputs are searched (:func:`~gpflow_tight.neighbors.graph_nearest_neighbors`,
-        :math:`O(BMD)`) and the rows that are inducing inputs still read q(u) (:meth:`_q_g`).
+        Eq. 25 at X without given neighbours; ``rows, found`` from :meth:`_inducing_rows`. When
+        every row of X is an inducing input, the marginals are read off q(u) with no neighbour
+        search; otherwise the nearest inducing inputs are searched
+        (:func:`~gpflow_tight.neighbors.graph_nearest_neighbors`, :math:`O(BMD)`) and the rows
+        that are inducing inputs still read q(u) (:meth:`_q_g`).
         """
         Z = self.inducing_variable.Z
-        rows, found = graph_find_rows(Z, self._sorted_rows, X)
 
         def from_q_u() -> MeanAndVariance:
             residual, variances = self._q_rows(rows)
@@ -664,17 +668,18 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             :meth:`neighbors`.
         """
         X, Y = data[0], data[1]
-        if len(data) > 2:
+        located = None if len(data) > 2 else self._inducing_rows(X)
+        if located is None:
             mean, var = self._q_f(X, data[2])
         else:
-            mean, var = self._q_f_searched(X)
+            mean, var = self._q_f_searched(X, *located)
         expected = tf.reduce_sum(self.likelihood.variational_expectations(X, mean, var, Y))
         if self.num_data is not None:
             batch = tf.cast(tf.shape(X)[0], expected.dtype)
             expected *= tf.cast(self.num_data, expected.dtype) / batch
         num_inducing = self.inducing_variable.Z.shape[0]
         if inducing_indices is None and self.kl_estimate == "data_batch":
-            return expected - self.data_batch_kl(X)
+            return expected - self._data_batch_kl(X, *(located or self._inducing_rows(X)))
         if inducing_indices is None and self.inducing_batch_size is not None:
             inducing_indices = self._sampler.uniform(
                 [self.inducing_batch_size], 0, num_inducing, dtype=tf.int64
@@ -695,19 +700,34 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         without it, 1 and the batch must be the whole training set). Over the N training rows
         :math:`\\sum_i \\mathrm{KL}_{j(i)} / c_{j(i)} = \\sum_j \\mathrm{KL}_j`, so the
         estimate is exact for the whole set and unbiased for a batch drawn uniformly from it.
-        Every row of X must be an inducing input: eagerly a ``ValueError``, compiled a graph
+        Every row of X must be an inducing input, and without ``num_data`` X must have as many
+        rows as ``data_multiplicity`` counts: eagerly a ``ValueError``, compiled a graph
         assertion.
         """
-        Z = self.inducing_variable.Z
-        rows, found = graph_find_rows(Z, self._sorted_rows, X)
-        message = (
-            "`data`: kl_estimate='data_batch' estimates the KL on the inducing points of the "
-            "batch, so every row of X must be an inducing input (a training input with Z = X); "
-            "evaluate other inputs with predict_log_density, or build the model with "
-            "kl_estimate='inducing_batch'."
-        )
-        assertion = require(found, message)
-        with tf.control_dependencies([] if assertion is None else [assertion]):
+        return self._data_batch_kl(X, *self._inducing_rows(X))
+
+    def _data_batch_kl(self, X: tf.Tensor, rows: tf.Tensor, found: tf.Tensor) -> tf.Tensor:
+        """:meth:`data_batch_kl` with ``rows, found`` from :meth:`_inducing_rows`."""
+        assertions = [
+            require(
+                found,
+                "`data`: kl_estimate='data_batch' estimates the KL on the inducing points of "
+                "the batch, so every row of X must be an inducing input (a training input with "
+                "Z = X); evaluate other inputs with predict_log_density, or build the model "
+                "with kl_estimate='inducing_batch'.",
+            )
+        ]
+        if self.num_data is None and self.data_multiplicity is not None:
+            total = int(self.data_multiplicity.sum())
+            assertions.append(
+                require(
+                    tf.equal(tf.shape(X, out_type=tf.int64)[0], total),
+                    f"`data`: without `num_data` the batch must be the whole training set, "
+                    f"the {total} rows `data_multiplicity` counts; give `num_data` (N) to "
+                    "train on minibatches (`VNNGP.from_data` sets it).",
+                )
+            )
+        with tf.control_dependencies([a for a in assertions if a is not None]):
             weights = tf.gather(self._kl_weights, rows)
         kl = self.prior_kl_terms(rows, weights)
         if self.num_data is None:

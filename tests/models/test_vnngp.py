@@ -1275,10 +1275,28 @@ def test_data_batch_kl_is_exact_on_the_training_set_and_unbiased(rng, q):
     np.testing.assert_allclose(np.mean(estimates), exact, rtol=1e-12)
     assert np.ptp(estimates) > 1e-2
     np.testing.assert_allclose(model.data_batch_kl(X).numpy(), model.prior_kl(), rtol=1e-12)
-    # one per input (the default; unchecked without num_data) counts the repeated rows' KL twice
-    unweighted = model_for(Z, q_mu, q_sqrt, 4, kl_estimate="data_batch", **extra)
-    exact_unscaled = model_for(Z, q_mu, q_sqrt, 4, **extra).elbo((X, Y)).numpy()
-    assert exact_unscaled - unweighted.elbo((X, Y)).numpy() > 1e-2
+    # without num_data the whole set is the one batch, with the same weights
+    whole = model_for(Z, q_mu, q_sqrt, 4, kl_estimate="data_batch", data_multiplicity=counts,
+                      **extra)  # fmt: skip
+    np.testing.assert_allclose(whole.elbo((X, Y)).numpy(), exact, rtol=1e-12)
+
+
+def test_plain_batches_are_located_in_z_once(rng, monkeypatch):
+    """A plain (X, Y) batch's rows are found in Z once per ELBO, for its q(f) and its KL."""
+    X, Y = repeated_inputs(rng)
+    Z, rows = np.unique(X, axis=0, return_inverse=True)
+    counts = np.bincount(rows.reshape(-1))
+    model = VNNGP(kernel(), gpflow.likelihoods.Gaussian(NOISE), Z, 3, num_data=24,
+                  kl_estimate="data_batch", data_multiplicity=counts)  # fmt: skip
+    calls = []
+    find_rows = gpflow_tight.models.vnngp.graph_find_rows
+    monkeypatch.setattr(
+        gpflow_tight.models.vnngp,
+        "graph_find_rows",
+        lambda *args: calls.append(1) or find_rows(*args),
+    )
+    model.elbo((X, Y))
+    assert len(calls) == 1
 
 
 def test_data_batch_kl_settings_and_batches_are_checked(rng):
@@ -1330,6 +1348,12 @@ def test_data_batch_kl_settings_and_batches_are_checked(rng):
         VNNGP.from_data((X, Y), kernel(), likelihood, 3, num_data=30)
     once = VNNGP(kernel(), likelihood, Z, 3, kl_estimate="data_batch")
     np.testing.assert_array_equal(once.data_multiplicity, 1)
+    # without num_data the batch must be the whole set: the 16 rows one per input counts
+    match = "without `num_data` the batch must be the whole training set, the 16 rows"
+    with pytest.raises(ValueError, match=match):
+        once.elbo((X, Y))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+        tf.function(once.elbo)((X, Y))
     distinct_Y = Y[: len(Z)]
     np.testing.assert_allclose(
         once.elbo((Z, distinct_Y)).numpy(),
