@@ -1,18 +1,19 @@
 """
 Cost of VNNGP's prediction-time neighbour search on the paper's data sets at full size: the
 K nearest inducing inputs (the distinct training inputs, as ``VNNGP.from_data`` takes them) of
-every test input. Timed in the same rounds: ``graph_nearest_neighbors`` (TensorFlow ops only: a
-matrix-product screen, exact re-ranking, the exact search for rows it cannot certify), the exact
-search alone (its fallback, which was the whole search before the screen) and scipy's k-d tree
-(``nearest_neighbors``, host only); beside them one ``predict_y`` of the model, which searches
-once. The screen must return the exact search's indices on every row.
+every test input. Timed in the same rounds: ``graph_nearest_neighbors`` (TensorFlow ops only)
+both ways it can search, with its screen (a matrix-product lower bound, exact re-ranking of 2K
+candidates, the exact search for rows it cannot certify) and by exact distances alone, forced
+either way at every dimension; scipy's k-d tree (``nearest_neighbors``, host only); and one
+``predict_y`` of the model, which searches once the way ``graph_nearest_neighbors`` chooses.
+The screen must return the exact search's indices on every row.
 """
 
 import harness
 import numpy as np
 
 NAME = "vnngp_search_cost"
-SEARCHES = ("graph search", "exact search", "k-d tree")
+SCREEN, EXACT, TREE = "screen", "exact", "k-d tree"
 SETTINGS = ["neighbors", "rounds", "threads"]
 PRESETS = {"quick": dict(datasets=["pol"], rounds=1, max_queries=200)}
 BUDGET = None
@@ -41,8 +42,20 @@ def plan(args):
     ]
 
 
+def searching(screen_from, search):
+    """``search()`` with the graph search screening from dimension ``screen_from``."""
+    from gpflow_tight import neighbors
+
+    chosen = neighbors.SCREEN_FROM_DIM
+    neighbors.SCREEN_FROM_DIM = screen_from
+    try:
+        return search()
+    finally:
+        neighbors.SCREEN_FROM_DIM = chosen
+
+
 def exact_rows(points, queries, k):
-    """How many query rows a traced search hands to the exact search (its screen's failures)."""
+    """How many query rows the screen hands to the exact search (those it cannot certify)."""
     import tensorflow as tf
 
     from gpflow_tight import neighbors
@@ -50,13 +63,14 @@ def exact_rows(points, queries, k):
     rows = []
     exact_search = neighbors._exact_search
 
-    def recording(points, queries, *args):
-        tf.py_function(lambda n: rows.append(int(n)), [tf.shape(queries)[0]], [])
-        return exact_search(points, queries, *args)
+    def recording(points, queries, k, dim, query_block, point_block, found, order, count):
+        tf.py_function(lambda n: rows.append(int(n)), [count], [])
+        return exact_search(points, queries, k, dim, query_block, point_block, found, order, count)
 
     neighbors._exact_search = recording
     try:
-        tf.function(lambda P, Q: neighbors.graph_nearest_neighbors(P, Q, k))(points, queries)
+        search = tf.function(lambda P, Q: neighbors.graph_nearest_neighbors(P, Q, k))
+        searching(1, lambda: search(points, queries))
     finally:
         neighbors._exact_search = exact_search
     return rows[0]
@@ -80,45 +94,38 @@ def run(key, args):
             gpflow.likelihoods.Gaussian(0.1),
             k,
         )
+    points = model.inducing_variable.Z.numpy()
+    P, Q = tf.constant(points), tf.constant(queries)
+    found = {}
+
+    def timed(name, screen_from=None):
+        def call():
+            if name == TREE:
+                found[name] = neighbors.nearest_neighbors(points, queries, k)
+            else:
+                search = lambda: neighbors.graph_nearest_neighbors(P, Q, k)  # noqa: E731
+                found[name] = searching(screen_from, search).numpy()
+
+        return call
 
     def predict():
         with gpflow.config.as_context(config):
             model.predict_y(Q)[0].numpy()
 
-    points = model.inducing_variable.Z.numpy()
-    P, Q = tf.constant(points), tf.constant(queries)
-    blocks = (neighbors.QUERY_BLOCK, neighbors.WORKING_ELEMENTS // neighbors.QUERY_BLOCK)
-    dim = points.shape[1]
-    exact_block = blocks[1] // (1 if dim <= neighbors._UNROLLED_DIM else dim)
-    exact = tf.function(lambda P, Q: neighbors._exact_search(P, Q, k, dim, blocks[0], exact_block))
-    found = {}
-
-    def timed(name, search):
-        def call():
-            found[name] = np.asarray(search())
-
-        return call
-
     times = harness.interleaved(
-        {
-            SEARCHES[0]: timed(SEARCHES[0], lambda: neighbors.graph_nearest_neighbors(P, Q, k)),
-            SEARCHES[1]: timed(SEARCHES[1], lambda: exact(P, Q)),
-            SEARCHES[2]: timed(
-                SEARCHES[2], lambda: neighbors.nearest_neighbors(points, queries, k)
-            ),
-            "predict_y": predict,
-        },
+        {SCREEN: timed(SCREEN, 1), EXACT: timed(EXACT, np.inf), TREE: timed(TREE),
+         "predict_y": predict},
         key["rounds"],
         warmup=1,
-    )
-    reference = found[SEARCHES[1]]
+    )  # fmt: skip
     return dict(
         num_points=len(points),
         num_queries=len(queries),
-        dim=dim,
+        dim=points.shape[1],
+        screens=bool(points.shape[1] >= neighbors.SCREEN_FROM_DIM),
         times=times,
         exact_rows=exact_rows(P, Q, k),
-        equal_rows={n: int(np.sum(np.all(found[n] == reference, axis=1))) for n in found},
+        equal_rows={n: int(np.sum(np.all(found[n] == found[EXACT], axis=1))) for n in found},
     )
 
 
@@ -133,15 +140,16 @@ def render(report, records, missing, args):
             "training inputs (`VNNGP.from_data`), queries = the test inputs of split 0 of the "
             f"`uci_wilson` sets (`load_uci_wilson`, standardised), K = {k0['neighbors']}, in the "
             "inputs' dtype.",
-            "'graph search' is `gpflow_tight.neighbors.graph_nearest_neighbors` (TensorFlow ops "
-            "only, as in a SavedModel or on a GPU): a screen ranks the points by a float64 lower "
-            "bound on their distance from one matrix product per block, keeps 2K candidates, "
-            "re-ranks them by exact squared distance and hands the rows its bound cannot certify "
-            "to the exact search. 'exact search' is that fallback alone, the whole search before "
-            "the screen (blocks of the same working size; above 16 dimensions its distances use "
-            "a [query, point, D] block, hence fewer points per block). 'k-d tree' is "
-            "`nearest_neighbors` (scipy's `cKDTree`, built on every call; host only). "
-            "'predict_y' is one `model.predict_y` of the test inputs, which searches once.",
+            "'screen' and 'exact' are `gpflow_tight.neighbors.graph_nearest_neighbors` "
+            "(TensorFlow ops only, as in a SavedModel or on a GPU), forced to search one way "
+            "at every dimension: 'screen' ranks the points by a float64 lower bound on their "
+            "distance from one matrix product per block, keeps 2K candidates, re-ranks them by "
+            "exact squared distance and hands the rows its bound cannot certify on to the exact "
+            "search; 'exact' ranks by exact squared distances alone (above 16 dimensions from a "
+            "[query, point, D] block, hence fewer points per block). As released, the search "
+            "screens from 17 dimensions ('chosen'). 'k-d tree' is `nearest_neighbors` (scipy's "
+            "`cKDTree`, built on every call; host only). 'predict_y' is one `model.predict_y` "
+            "of the test inputs, which searches once as chosen.",
             f"Median seconds over {k0['rounds']} interleaved rounds (order reversing between "
             "rounds) after one untimed call; the 'same' columns count rows whose K indices equal "
             "the exact search's in the same order.",
@@ -154,42 +162,51 @@ def render(report, records, missing, args):
     rows, findings = [], []
     for r in ok:
         median = {name: float(np.median(t)) for name, t in r["times"].items()}
+        chosen = SCREEN if r["screens"] else EXACT
         rows.append(
             [r["key"]["dataset"], r["key"]["dtype"], f"{r['num_points']:,}",
              f"{r['num_queries']:,}", r["dim"]]
-            + [f"{median[n]:.2f}" for n in (*SEARCHES, "predict_y")]
-            + [f"{median[SEARCHES[1]] / median[SEARCHES[0]]:.1f}",
-               f"{median[SEARCHES[0]] / median[SEARCHES[2]]:.2f}",
-               f"{r['exact_rows']:,}",
-               f"{r['equal_rows'][SEARCHES[0]]:,}", f"{r['equal_rows'][SEARCHES[2]]:,}"]
+            + [f"{median[n]:.2f}" for n in (SCREEN, EXACT, TREE, "predict_y")]
+            + [f"{median[EXACT] / median[SCREEN]:.1f}", chosen,
+               f"{median[chosen] / median[TREE]:.1f}", f"{r['exact_rows']:,}",
+               f"{r['equal_rows'][SCREEN]:,}", f"{r['equal_rows'][TREE]:,}"]
         )  # fmt: skip
     report.table(
-        ["dataset", "dtype", "M", "Q", "D", "graph s", "exact s", "k-d tree s", "predict_y s",
-         "exact / graph", "graph / k-d tree", "rows searched exactly", "same (graph)",
-         "same (k-d tree)"],
+        ["dataset", "dtype", "M", "Q", "D", "screen s", "exact s", "k-d tree s", "predict_y s",
+         "exact / screen", "chosen", "chosen / k-d tree", "rows the screen hands on",
+         "same (screen)", "same (k-d tree)"],
         rows,
     )  # fmt: skip
     if ok:
-        speedups = [
-            np.median(r["times"][SEARCHES[1]]) / np.median(r["times"][SEARCHES[0]]) for r in ok
-        ]
-        against_tree = [
-            np.median(r["times"][SEARCHES[0]]) / np.median(r["times"][SEARCHES[2]]) for r in ok
-        ]
-        share = [
-            np.median(r["times"][SEARCHES[0]]) / np.median(r["times"]["predict_y"]) for r in ok
-        ]
-        exact_everywhere = sum(r["equal_rows"][SEARCHES[0]] == r["num_queries"] for r in ok)
-        fallback = sum(r["exact_rows"] for r in ok)
-        findings += [
-            f"The graph search returned the exact search's neighbours on every row in "
-            f"{harness.of(exact_everywhere, len(ok))} runs; its screen handed "
-            f"{fallback:,} of {sum(r['num_queries'] for r in ok):,} rows to the exact search.",
-            f"It took {harness.span(speedups, '.1f')} times less than the exact search alone "
-            f"(median {np.median(speedups):.1f}), and {harness.span(against_tree)} times the k-d "
-            f"tree's time (median {np.median(against_tree):.2f}).",
-            f"One search is {harness.span([100 * s for s in share], '.0f')}% of a `predict_y`.",
-        ]
+
+        def ratio(r, a, b):
+            return float(np.median(r["times"][a]) / np.median(r["times"][b]))
+
+        screened = [r for r in ok if r["screens"]]
+        exact = [r for r in ok if not r["screens"]]
+        agree = sum(r["equal_rows"][SCREEN] == r["num_queries"] for r in ok)
+        handed = sum(r["exact_rows"] for r in ok)
+        findings.append(
+            f"The screen returned the exact search's neighbours on every row in "
+            f"{harness.of(agree, len(ok))} runs, handing {handed:,} of "
+            f"{sum(r['num_queries'] for r in ok):,} rows on to the exact search."
+        )
+        for group, where in ((screened, "from 17 dimensions (where the search screens)"),
+                             (exact, "below 17 dimensions (where it does not)")):  # fmt: skip
+            if group:
+                speedups = [ratio(r, EXACT, SCREEN) for r in group]
+                findings.append(
+                    f"{where.capitalize()}: the screen took {harness.span(speedups, '.1f')} "
+                    f"times less than exact distances alone (median {np.median(speedups):.1f}) "
+                    f"in {harness.of(len(group), len(ok))} runs."
+                )
+        trees = [ratio(r, SCREEN if r["screens"] else EXACT, TREE) for r in ok]
+        share = [ratio(r, SCREEN if r["screens"] else EXACT, "predict_y") for r in ok]
+        percent = harness.span([100 * s for s in share], ".0f")
+        findings.append(
+            f"The search as chosen took {harness.span(trees, '.1f')} times the k-d tree's time "
+            f"(median {np.median(trees):.1f}), and {percent}% of a `predict_y`'s."
+        )
         report.section("Findings")
         report.bullets(findings)
 

@@ -31,6 +31,7 @@ __all__ = [
     "graph_nearest_neighbors",
     "lexicographic_order",
     "nearest_neighbors",
+    "over_row_blocks",
     "sequential_nearest_neighbors",
 ]
 
@@ -39,6 +40,9 @@ QUERY_BLOCK = 512  # query rows per block of the graph search
 WORKING_ELEMENTS = 2**20  # distances per working block of the graph search (8 MB in float64)
 _UNROLLED_DIM = 16  # up to this dimension, distances are summed one coordinate at a time
 _CANDIDATES_PER_NEIGHBOR = 2  # the screen's candidates per neighbour sought
+# From this dimension the search screens (see _search): below it, exact distances summed one
+# coordinate at a time cost no more than the screen's matrix products and wider top-k.
+SCREEN_FROM_DIM = _UNROLLED_DIM + 1
 _TIE_TOLERANCE = 1e-9  # k-d tree distances this close (relatively) are re-ranked exactly
 
 
@@ -55,20 +59,20 @@ def graph_nearest_neighbors(
     Indices [Q, k] (int64) of the ``k`` nearest ``points`` [M, D] to each of the ``queries``
     [Q, D], nearest first; ties go to the lower index.
 
-    A brute-force search that never holds the [Q, M] distance matrix. For each block of
+    A brute-force search that never holds the [Q, M] distance matrix: for each block of
     ``query_block`` queries (default ``QUERY_BLOCK`` = 512), a ``tf.while_loop`` scans the points
-    in blocks of ``point_block`` and keeps a running 2k candidates with ``tf.math.top_k``, ranked
-    by a lower bound on their distance from one matrix product per block (a screen, see
-    :func:`_search`); the k nearest candidates by exact squared distance are the answer wherever
-    the bound proves no other point nearer, which on data without near-ties is every query. The
-    other queries are searched again by exact squared distances alone. Exact squared distances
+    in blocks of ``point_block`` and keeps the running nearest with ``tf.math.top_k``. Distances
     are sums of squared coordinate differences, as in a k-d tree, not
-    :math:`\\|x\\|^2 - 2x^Tz + \\|z\\|^2`, whose cancellation can reorder close neighbours: the
-    screen's bound accounts for that cancellation. Cost :math:`O(QMD)`, mostly in matrix
-    products and ``top_k``; memory :math:`O(Qk)` plus a working block of ``query_block ×
-    point_block`` values (by default ``point_block`` makes it ``WORKING_ELEMENTS`` = 2²⁰, 8 MB in
-    float64; the exact search divides it by D above 16 dimensions). Blocks hold at least 2k
-    points.
+    :math:`\\|x\\|^2 - 2x^Tz + \\|z\\|^2`, whose cancellation can reorder close neighbours.
+    From ``SCREEN_FROM_DIM`` = 17 dimensions, where those sums need a [query, point, D] block, a
+    screen ranks the points instead by a lower bound on their distance from one matrix product
+    per block and keeps 2k candidates (see :func:`_search`); the k nearest of them by exact
+    distance are the answer wherever the bound proves no other point nearer, which on data
+    without near-ties is every query, and the other queries are searched exactly. Cost
+    :math:`O(QMD)`, mostly in elementwise work or matrix products and ``top_k``; memory
+    :math:`O(Qk)` plus a working block of ``query_block × point_block`` values (by default
+    ``point_block`` makes it ``WORKING_ELEMENTS`` = 2²⁰, 8 MB in float64, divided by D for the
+    exact distances above 16 dimensions). Blocks hold at least k points (2k for the screen).
 
     Ties: ``tf.math.top_k`` puts the lower position first among equal values, and every ranking
     that decides the answer sees its candidates in index order (see :func:`_lowest_over_blocks`),
@@ -102,8 +106,8 @@ def graph_nearest_neighbors(
         screen_block = exact_block = int(point_block)
     blocks = (query_block, max(screen_block, _CANDIDATES_PER_NEIGHBOR * k), max(exact_block, k))
     if tf.executing_eagerly():  # the same ops, compiled: fused kernels, no per-op dispatch
-        return _compiled_search(points, queries, k, dim, *blocks)
-    return _search(points, queries, k, dim, *blocks)
+        return _compiled_search(points, queries, k, dim, *blocks, dim >= SCREEN_FROM_DIM)
+    return _search(points, queries, k, dim, *blocks, dim >= SCREEN_FROM_DIM)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -115,11 +119,12 @@ def _search(
     query_block: int,
     screen_point_block: int,
     exact_point_block: int,
+    screen: bool,
 ) -> tf.Tensor:
     """
-    :func:`graph_nearest_neighbors` with checked arguments and the block sizes chosen: a screen
-    by matrix products, exact re-ranking of its candidates, and :func:`_exact_search` for the
-    rows the screen cannot certify.
+    :func:`graph_nearest_neighbors` with checked arguments and the block sizes chosen: with
+    ``screen``, a screen by matrix products, exact re-ranking of its candidates, and
+    :func:`_exact_search` for the rows the screen cannot certify; else :func:`_exact_search`.
 
     The screen ranks the points by a lower bound on their squared distance: the expansion
     :math:`\\|q'\\|^2 - 2q'^Tp' + \\|p'\\|^2` in float64 of the inputs centred on the points'
@@ -133,6 +138,8 @@ def _search(
     """
     # a compiled search traced for several shapes sees [None, None]: restore the static D
     points, queries = tf.ensure_shape(points, [None, dim]), tf.ensure_shape(queries, [None, dim])
+    if not screen:
+        return _exact_search(points, queries, k, dim, query_block, exact_point_block)
     num_points = tf.shape(points, out_type=tf.int64)[0]
     width = _CANDIDATES_PER_NEIGHBOR * k
     centre = tf.reduce_mean(tf.cast(points, tf.float64), axis=0)
@@ -170,14 +177,26 @@ def _search(
         certified = (bounds[:, -1] * exact_shrink > radius) | (width >= num_points)
         return tf.gather(candidates, nearest.indices, batch_dims=1), certified
 
-    found, certified = _over_query_blocks(
-        queries, query_block, search, [(tf.int64, [k]), (tf.bool, [])]
+    num_queries = tf.shape(queries, out_type=tf.int64)[0]
+    found, certified = over_row_blocks(
+        queries,
+        query_block,
+        search,
+        [tf.zeros([num_queries, k], tf.int64), tf.zeros([num_queries], tf.bool)],
     )
-    uncertain = tf.where(~certified)
-    exact = _exact_search(
-        points, tf.gather_nd(queries, uncertain), k, dim, query_block, exact_point_block
+    uncertain_first = tf.argsort(tf.cast(certified, tf.int32), stable=True)
+    num_uncertain = num_queries - tf.math.count_nonzero(certified)
+    return _exact_search(
+        points,
+        queries,
+        k,
+        dim,
+        query_block,
+        exact_point_block,
+        found,
+        uncertain_first,
+        num_uncertain,
     )
-    return tf.tensor_scatter_nd_update(found, uncertain, exact)
 
 
 _compiled_search = tf.function(_search, reduce_retracing=True, autograph=False)
@@ -185,9 +204,21 @@ _compiled_search = tf.function(_search, reduce_retracing=True, autograph=False)
 
 @tf.autograph.experimental.do_not_convert
 def _exact_search(
-    points: tf.Tensor, queries: tf.Tensor, k: int, dim: int, query_block: int, point_block: int
+    points: tf.Tensor,
+    queries: tf.Tensor,
+    k: int,
+    dim: int,
+    query_block: int,
+    point_block: int,
+    found: tf.Tensor | None = None,
+    order: tf.Tensor | None = None,
+    count: tf.Tensor | None = None,
 ) -> tf.Tensor:
-    """The k nearest ``points`` [C, k] of ``queries`` by exact squared distances alone."""
+    """
+    The k nearest ``points`` [Q, k] of ``queries`` by exact squared distances alone: of the
+    first ``count`` rows in ``order`` (default every row), written into ``found`` (default
+    zeros) at those rows.
+    """
     num_points = tf.shape(points, out_type=tf.int64)[0]
 
     def search(chunk: tf.Tensor) -> tuple[tf.Tensor]:
@@ -199,7 +230,9 @@ def _exact_search(
         num_blocks = (num_points + point_block - 1) // point_block
         return (_lowest_over_blocks(distances, num_blocks, k)[1],)
 
-    return _over_query_blocks(queries, query_block, search, [(tf.int64, [k])])[0]
+    if found is None:
+        found = tf.zeros([tf.shape(queries)[0], k], tf.int64)
+    return over_row_blocks(queries, query_block, search, [found], order, count)[0]
 
 
 def _point_block(
@@ -251,37 +284,46 @@ def _lowest_over_blocks(
     return best, best_index
 
 
-def _over_query_blocks(
-    queries: tf.Tensor,
-    query_block: int,
-    search: Callable[[tf.Tensor], tuple[tf.Tensor, ...]],
-    outputs: Sequence[tuple[tf.DType, list[int]]],
+def over_row_blocks(
+    inputs: tf.Tensor,
+    block_size: int,
+    fn: Callable[[tf.Tensor], tuple[tf.Tensor, ...]],
+    outputs: Sequence[tf.Tensor],
+    order: tf.Tensor | None = None,
+    count: tf.Tensor | None = None,
 ) -> list[tf.Tensor]:
-    """``search`` over blocks of ``query_block`` rows of ``queries`` in a ``tf.while_loop``,
-    its results concatenated: one tensor [Q, *shape] per (dtype, shape) of ``outputs``."""
-    num_queries = tf.shape(queries, out_type=tf.int64)[0]
-    num_blocks = (num_queries + query_block - 1) // query_block
-    # One more slot, holding no rows, so that the concatenation is never empty (Q = 0).
-    size = tf.cast(num_blocks, tf.int32) + 1
-    arrays = [
-        tf.TensorArray(dtype, size=size, infer_shape=False, element_shape=[None, *shape]).write(
-            size - 1, tf.zeros([0, *shape], dtype)
+    """
+    ``fn`` over the first ``count`` rows of ``inputs`` [N, ...] in ``order`` (default every row
+    in turn), in a ``tf.while_loop`` over blocks of ``block_size`` rows (fewer if N is smaller),
+    its results written into ``outputs`` (one tensor [N, ...] per result) at their rows; the
+    memory of one block at a time.
+
+    Every block has the same size, so that XLA can compile the loop: the last one ends at the
+    last row of ``order`` and may repeat rows of the one before (or rows past ``count``), whose
+    results it writes again unchanged (``fn`` must answer each row alone).
+    """
+    num_rows = tf.shape(inputs, out_type=tf.int64)[0]
+    order = tf.range(num_rows) if order is None else tf.cast(order, tf.int64)
+    count = num_rows if count is None else count
+    size = tf.minimum(tf.constant(block_size, tf.int64), num_rows)
+    num_blocks = (count + size - 1) // tf.maximum(size, 1)
+
+    def next_block(block: tf.Tensor, *outputs: tf.Tensor) -> tuple:
+        start = tf.minimum(block * size, num_rows - size)
+        rows = tf.slice(order, tf.cast([start], tf.int32), tf.cast([size], tf.int32))
+        results = fn(tf.gather(inputs, rows))
+        return (
+            block + 1,
+            *[tf.tensor_scatter_nd_update(o, rows[:, None], r) for o, r in zip(outputs, results)],
         )
-        for dtype, shape in outputs
-    ]
 
-    def next_block(block: tf.Tensor, *arrays: tf.TensorArray) -> tuple:
-        results = search(queries[block * query_block : (block + 1) * query_block])
-        slot = tf.cast(block, tf.int32)
-        return (block + 1, *[a.write(slot, r) for a, r in zip(arrays, results)])
-
-    _, *arrays = tf.while_loop(
+    _, *outputs = tf.while_loop(
         lambda block, *_: block < num_blocks,
         next_block,
-        (tf.constant(0, tf.int64), *arrays),
+        (tf.constant(0, tf.int64), *outputs),
         parallel_iterations=1,
     )
-    return [a.concat() for a in arrays]
+    return outputs
 
 
 def _squared_distances(queries: tf.Tensor, points: tf.Tensor) -> tf.Tensor:

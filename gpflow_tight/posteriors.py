@@ -33,7 +33,7 @@ from gpflow.covariances import Kuf
 from gpflow.mean_functions import Zero
 from gpflow.posteriors import AbstractPosterior, PrecomputeCacheType, PrecomputedValue
 
-from .neighbors import graph_nearest_neighbors
+from .neighbors import graph_nearest_neighbors, over_row_blocks
 from .orthogonal import (
     LatentBlock,
     OrthogonalFactors,
@@ -1122,31 +1122,14 @@ class VNNGPPosterior(FusedFromCache):
         self, Z: tf.Tensor, residual: tf.Tensor, covariance: list, Xnew: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """Eq. 25 at each row of ``Xnew``, ``prediction_batch_size`` rows at a time."""
-        chunk = self._prediction_batch_size
-        num_chunks = (tf.shape(Xnew)[0] + chunk - 1) // chunk
 
-        def next_chunk(
-            index: tf.Tensor, means: tf.TensorArray, covariances: tf.TensorArray
-        ) -> tuple[tf.Tensor, tf.TensorArray, tf.TensorArray]:
-            X = Xnew[index * chunk : (index + 1) * chunk]
+        def marginals(X: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             neighbors = graph_nearest_neighbors(Z, X, self._num_neighbors)
             a, c = self.conditional_on_neighbors(self.kernel, Z, X, neighbors, jitter=self._jitter)
             mean = tf.einsum("bk,bkl->bl", a, tf.gather(residual, neighbors))
-            variance = c[:, None] + self._spread(covariance, neighbors, a)
-            return index + 1, means.write(index, mean), covariances.write(index, variance)
+            return mean, c[:, None] + self._spread(covariance, neighbors, a)
 
-        def outputs() -> tf.TensorArray:
-            # one more slot, holding no rows, so that the concatenation is never empty
-            shape = [None, residual.shape[-1]]
-            array = tf.TensorArray(
-                Z.dtype, size=num_chunks + 1, infer_shape=False, element_shape=shape
-            )
-            return array.write(num_chunks, tf.zeros([0, tf.shape(residual)[-1]], Z.dtype))
-
-        _, means, covariances = tf.while_loop(
-            lambda index, *_: index < num_chunks,
-            next_chunk,
-            (tf.constant(0), outputs(), outputs()),
-            parallel_iterations=1,
-        )
-        return means.concat(), covariances.concat()
+        shape = tf.stack([tf.shape(Xnew)[0], tf.shape(residual)[-1]])
+        zeros = tf.zeros(shape, residual.dtype)
+        mean, variance = over_row_blocks(Xnew, self._prediction_batch_size, marginals, [zeros] * 2)
+        return mean, variance

@@ -202,6 +202,15 @@ def graph_search_both_ways(points, queries, k, **blocks):
     return eager
 
 
+@pytest.fixture(params=["as chosen", "screened"])
+def search_path(request, monkeypatch):
+    """The graph search as it chooses (exact distances alone below 17 dimensions, the screen
+    from there), or screening at every dimension."""
+    if request.param == "screened":
+        monkeypatch.setattr(neighbors, "SCREEN_FROM_DIM", 1)
+    return request.param
+
+
 @pytest.mark.parametrize(
     "num_points, num_queries, dim, k, query_block, point_block",
     [
@@ -214,7 +223,7 @@ def graph_search_both_ways(points, queries, k, **blocks):
     ],
 )
 def test_graph_search_equals_the_kd_tree_and_brute_force(
-    rng, num_points, num_queries, dim, k, query_block, point_block
+    rng, search_path, num_points, num_queries, dim, k, query_block, point_block
 ):
     """P12(c, d): on continuous random data (no ties) the graph search returns the k-d tree's
     neighbours, in the same order, eagerly and compiled."""
@@ -241,7 +250,7 @@ def test_eager_search_after_other_shapes(rng):
 
 
 @pytest.mark.parametrize("point_block", [3, 7, None])
-def test_ties_go_to_the_lower_index(rng, point_block):
+def test_ties_go_to_the_lower_index(rng, search_path, point_block):
     """On a grid, many distances tie: both searches keep the lower rows of Z, in order."""
     grid = np.array([[i, j] for i in range(7) for j in range(7)], dtype=float)
     points = grid[rng.permutation(len(grid))]
@@ -254,13 +263,15 @@ def test_ties_go_to_the_lower_index(rng, point_block):
 
 @pytest.fixture
 def exact_search_rows(monkeypatch):
-    """The number of query rows each traced search hands to the exact search, in call order."""
+    """The number of query rows each traced search hands to the exact search, in call order;
+    the search screens at every dimension."""
+    monkeypatch.setattr(neighbors, "SCREEN_FROM_DIM", 1)
     rows = []
     exact_search = neighbors._exact_search
 
-    def recording(points, queries, *args):
-        tf.py_function(lambda n: rows.append(int(n)), [tf.shape(queries)[0]], [])
-        return exact_search(points, queries, *args)
+    def recording(points, queries, k, dim, query_block, point_block, found, order, count):
+        tf.py_function(lambda n: rows.append(int(n)), [count], [])
+        return exact_search(points, queries, k, dim, query_block, point_block, found, order, count)
 
     monkeypatch.setattr(neighbors, "_exact_search", recording)
     return rows
@@ -311,6 +322,28 @@ def test_overflowing_distances_go_to_the_exact_search(rng, exact_search_rows):
     assert exact_search_rows == [6]
 
 
+def test_the_search_and_predictions_compile_under_xla(rng, search_path):
+    """XLA compiles the graph search (its exact fallback included) and VNNGP's chunked
+    predictions, and gives their answers: every loop runs blocks of one size (the last block
+    overlapping the one before)."""
+    points = rng.standard_normal((60, 2))
+    points[rng.choice(60, 30, replace=False)] = points[7]  # ties: rows for the exact search
+    queries = np.concatenate([points[[7, 7]], rng.standard_normal((37, 2))])
+    search = tf.function(
+        lambda P, Q: graph_nearest_neighbors(P, Q, 4, query_block=8, point_block=9),
+        jit_compile=True,
+    )
+    np.testing.assert_array_equal(
+        search(points, queries).numpy(), brute_force_neighbors(points, queries, 4)
+    )
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng, num_inducing=40, num_latent=2)
+    model = model_for(Z, q_mu, q_sqrt, 4, num_neighbors_predict=6, prediction_batch_size=7)
+    Xnew = rng.uniform(-3.5, 3.5, (23, 2))
+    compiled = tf.function(model.predict_f, jit_compile=True)(tf.constant(Xnew))
+    for value, reference in zip(compiled, model.predict_f(Xnew)):  # XLA fuses and reorders
+        np.testing.assert_allclose(value.numpy(), reference.numpy(), rtol=1e-10)  # round-off
+
+
 def test_graph_search_rejects_bad_arguments(rng):
     points = rng.standard_normal((5, 2))
     with pytest.raises(ValueError, match="exceeds"):
@@ -321,7 +354,7 @@ def test_graph_search_rejects_bad_arguments(rng):
         graph_nearest_neighbors(points, points[:, :1], 2)
 
 
-def test_graph_search_holds_no_query_by_inducing_matrix(rng):
+def test_graph_search_holds_no_query_by_inducing_matrix(rng, search_path):
     """Memory O(Q K): no tensor of the traced search (loop bodies included) has M in its shape,
     except the inducing inputs themselves."""
     num_points = 5003
@@ -340,9 +373,9 @@ def test_graph_search_holds_no_query_by_inducing_matrix(rng):
             shapes += [tuple(t.shape.as_list()) for t in op.outputs if t.shape.rank]
             if op.type in ("While", "StatelessWhile"):
                 graphs += [graph._functions[op.get_attr(a).name].graph for a in ("body", "cond")]
-    # the function, and the bodies and conditions of the screen's and the exact search's loops
-    # over query blocks and over point blocks
-    assert visited == 9
+    # the function, and the bodies and conditions of the loops over query blocks and over point
+    # blocks: the exact search's, and the screen's too
+    assert visited == (5 if search_path == "as chosen" else 9)
     assert {s for s in shapes if num_points in s} == {(num_points, 2)}
 
 
