@@ -317,13 +317,13 @@ def over_row_blocks(
             *[tf.tensor_scatter_nd_update(o, rows[:, None], r) for o, r in zip(outputs, results)],
         )
 
-    _, *outputs = tf.while_loop(
+    _, *results = tf.while_loop(
         lambda block, *_: block < num_blocks,
         next_block,
         (tf.constant(0, tf.int64), *outputs),
         parallel_iterations=1,
     )
-    return outputs
+    return results
 
 
 def _squared_distances(queries: tf.Tensor, points: tf.Tensor) -> tf.Tensor:
