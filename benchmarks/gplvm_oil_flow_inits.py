@@ -172,9 +172,7 @@ def render(report, records, missing, args):
         ],
         missing,
     )
-    for r in records:
-        if "failed" in r:
-            report.add(f"- Failed: {harness.short(r['key'])}: {r['failed']}")
+    report.failures(records, "failed")
     for q in sorted({r["key"]["Q"] for r in ok}, reverse=True):
         section(report, [r for r in ok if r["key"]["Q"] == q], q)
     if ok:

@@ -492,6 +492,12 @@ class Report:
     def table(self, headers: Sequence[Any], rows: Iterable[Sequence[Any]]) -> None:
         self.lines += [table(headers, rows).rstrip("\n"), ""]
 
+    def failures(self, records: list[dict], field: str = "error") -> None:
+        """One line per record that failed (has ``field``): its key and the failure."""
+        for r in records:
+            if field in r:
+                self.add(f"- Failed: {short(r['key'])}: {r[field]}")
+
     def figure(self, figure: Any, name: str, alt: str) -> None:
         self.figures[name] = figure
         self.lines += [f"![{alt}]({name})", ""]

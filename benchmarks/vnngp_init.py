@@ -68,9 +68,7 @@ def render(report, records, missing, args):
         ],
         missing,
     )
-    for r in records:
-        if "error" in r:
-            report.add(f"- Failed: {harness.short(r['key'])}: {r['error']}")
+    report.failures(records)
     rows, findings = [], []
     for d in dict.fromkeys(r["key"]["dataset"] for r in ok):
         runs = [r for r in ok if r["key"]["dataset"] == d]

@@ -38,7 +38,6 @@ def run(key, args):
 
 
 def render(report, records, missing, args):
-    failed = [r for r in records if "error" in r]
     ok = [r for r in records if "error" not in r]
     k0 = ok[0]["key"] if ok else vnngp_uci.key_of(args)
     splits = sorted({r["key"]["split"] for r in ok})
@@ -70,8 +69,7 @@ def render(report, records, missing, args):
         ],
         missing,
     )
-    for r in failed:
-        report.add(f"- Failed: {harness.short(r['key'])}: {r['error']}")
+    report.failures(records)
     findings = []
     for d in dict.fromkeys(r["key"]["dataset"] for r in ok):
         findings += dataset_section(report, [r for r in ok if r["key"]["dataset"] == d], d)

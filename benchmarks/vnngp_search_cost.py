@@ -156,9 +156,7 @@ def render(report, records, missing, args):
         ],
         missing,
     )
-    for r in records:
-        if "error" in r:
-            report.add(f"- Failed: {harness.short(r['key'])}: {r['error']}")
+    report.failures(records)
     rows, findings = [], []
     for r in ok:
         median = {name: float(np.median(t)) for name, t in r["times"].items()}
