@@ -3,9 +3,13 @@ Nearest neighbours for VNNGP (Wu, Pleiss & Cunningham 2022), by Euclidean distan
 inputs, each row nearest first.
 
 - :func:`graph_nearest_neighbors`: the ``k`` nearest inducing inputs of query points in
-  TensorFlow ops only, so the same eagerly, under ``tf.function`` and in an exported SavedModel,
-  with memory :math:`O(Qk)` plus a fixed-size working block. VNNGP uses it for predictions and
-  for data batches that do not carry their neighbours.
+  TensorFlow ops only, so the same eagerly, under ``tf.function``, under XLA and in an exported
+  SavedModel, with memory :math:`O(Qk)` plus a fixed-size working block; from 17 dimensions a
+  matrix-product screen with a certified bound spares most exact distances. VNNGP uses it for
+  predictions and for data batches that do not carry their neighbours.
+- :func:`over_row_blocks`: a function over blocks of rows in one ``tf.while_loop``, results
+  written in place, every block of one size (what XLA compiles); the searches and VNNGP's
+  chunked predictions loop with it.
 - :func:`graph_find_rows`: which row of ``points`` each query equals exactly, by a
   lexicographic binary search over an order from :func:`lexicographic_order`, in
   :math:`O(QD\\log M)` TensorFlow ops (VNNGP's data batches of inducing inputs, Z = X).
@@ -43,6 +47,7 @@ _CANDIDATES_PER_NEIGHBOR = 2  # the screen's candidates per neighbour sought
 # From this dimension the search screens (see _search): below it, exact distances summed one
 # coordinate at a time cost no more than the screen's matrix products and wider top-k.
 SCREEN_FROM_DIM = _UNROLLED_DIM + 1
+HOST_SEARCH = True  # eager float64 searches of at most 16 dimensions on the CPU: k-d tree
 _TIE_TOLERANCE = 1e-9  # k-d tree distances this close (relatively) are re-ranked exactly
 
 
@@ -80,8 +85,10 @@ def graph_nearest_neighbors(
     device.
 
     Only TensorFlow ops, so it runs inside ``tf.function`` and in a SavedModel alike; an eager
-    call runs the same ops as a (cached) ``tf.function``, which fuses them. No gradient flows
-    through it.
+    call runs the same ops as a (cached) ``tf.function``, which fuses them, except on the CPU
+    for float64 inputs of at most 16 dimensions (and ``HOST_SEARCH``): there
+    :func:`nearest_neighbors` returns the same indices (it sums the distances of near-ties in
+    the same order) from a k-d tree, several times faster. No gradient flows through it.
 
     :param k: 1 ≤ k ≤ M (a Python int: the output's static width).
     """
@@ -105,9 +112,22 @@ def graph_nearest_neighbors(
     else:
         screen_block = exact_block = int(point_block)
     blocks = (query_block, max(screen_block, _CANDIDATES_PER_NEIGHBOR * k), max(exact_block, k))
+    if tf.executing_eagerly() and _on_host(points, queries, dim):
+        return tf.constant(nearest_neighbors(points.numpy(), queries.numpy(), k))
     if tf.executing_eagerly():  # the same ops, compiled: fused kernels, no per-op dispatch
         return _compiled_search(points, queries, k, dim, *blocks, dim >= SCREEN_FROM_DIM)
     return _search(points, queries, k, dim, *blocks, dim >= SCREEN_FROM_DIM)
+
+
+def _on_host(points: tf.Tensor, queries: tf.Tensor, dim: int) -> bool:
+    """Whether an eager search goes to :func:`nearest_neighbors`: float64 inputs of at most
+    ``_UNROLLED_DIM`` dimensions, both on the CPU, while ``HOST_SEARCH``."""
+    return (
+        HOST_SEARCH
+        and points.dtype == tf.float64
+        and dim <= _UNROLLED_DIM
+        and all(tf.DeviceSpec.from_string(t.device).device_type == "CPU" for t in (points, queries))
+    )
 
 
 @tf.autograph.experimental.do_not_convert

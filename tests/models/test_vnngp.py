@@ -236,9 +236,10 @@ def test_graph_search_equals_the_kd_tree_and_brute_force(
     np.testing.assert_array_equal(found, nearest_neighbors(points, queries, k))
 
 
-def test_eager_search_after_other_shapes(rng):
+def test_eager_search_after_other_shapes(rng, monkeypatch):
     """Eager calls share one compiled search, whose traces generalise the shapes; each call
     still gets its own dimension and size."""
+    monkeypatch.setattr(neighbors, "HOST_SEARCH", False)
     for dim in (1, 3, 2, 3):
         for num_points in (7, 9):
             points = rng.standard_normal((num_points, dim))
@@ -342,6 +343,35 @@ def test_the_search_and_predictions_compile_under_xla(rng, search_path):
     compiled = tf.function(model.predict_f, jit_compile=True)(tf.constant(Xnew))
     for value, reference in zip(compiled, model.predict_f(Xnew)):  # XLA fuses and reorders
         np.testing.assert_allclose(value.numpy(), reference.numpy(), rtol=1e-10)  # round-off
+
+
+@pytest.mark.parametrize(
+    "dim, dtype, on_host",
+    [
+        (3, np.float64, True),
+        (16, np.float64, True),
+        (17, np.float64, False),
+        (3, np.float32, False),
+    ],
+)
+def test_eager_float64_searches_up_to_16_dimensions_use_the_kd_tree(
+    rng, monkeypatch, dim, dtype, on_host
+):
+    """Eagerly on the CPU, float64 inputs of at most 16 dimensions go to the k-d tree (the
+    same indices, faster); other inputs, and every compiled call, to the graph search."""
+    calls = []
+    kd_tree = neighbors.nearest_neighbors
+    monkeypatch.setattr(
+        neighbors, "nearest_neighbors", lambda *args: calls.append(1) or kd_tree(*args)
+    )
+    points = rng.standard_normal((50, dim)).astype(dtype)
+    queries = rng.standard_normal((9, dim)).astype(dtype)
+    eager = graph_nearest_neighbors(points, queries, 4).numpy()
+    assert len(calls) == on_host
+    compiled = traced_search(points, queries, 4)
+    assert len(calls) == on_host
+    np.testing.assert_array_equal(eager, compiled)
+    np.testing.assert_array_equal(eager, brute_force_neighbors(points, queries, 4))
 
 
 def test_graph_search_rejects_bad_arguments(rng):
