@@ -3,10 +3,11 @@ Nearest neighbours for VNNGP (Wu, Pleiss & Cunningham 2022), by Euclidean distan
 inputs, each row nearest first.
 
 - :func:`graph_nearest_neighbors`: the ``k`` nearest inducing inputs of query points in
-  TensorFlow ops only, so the same eagerly, under ``tf.function``, under XLA and in an exported
-  SavedModel, with memory :math:`O(Qk)` plus a fixed-size working block; from 17 dimensions a
-  matrix-product screen with a certified bound spares most exact distances. VNNGP uses it for
-  predictions and for data batches that do not carry their neighbours.
+  TensorFlow ops only, so the same eagerly, under ``tf.function`` and in an exported SavedModel
+  (under XLA up to the order of near-ties), with memory :math:`O(Qk)` plus a fixed-size working
+  block; from 17 dimensions a matrix-product screen with a certified bound spares most exact
+  distances, and eager float64 calls below go to the k-d tree. VNNGP uses it for predictions
+  and for data batches that do not carry their neighbours.
 - :func:`over_row_blocks`: a function over blocks of rows in one ``tf.while_loop``, results
   written in place, every block of one size (what XLA compiles); the searches and VNNGP's
   chunked predictions loop with it.
@@ -44,10 +45,26 @@ QUERY_BLOCK = 512  # query rows per block of the graph search
 WORKING_ELEMENTS = 2**20  # distances per working block of the graph search (8 MB in float64)
 _UNROLLED_DIM = 16  # up to this dimension, distances are summed one coordinate at a time
 _CANDIDATES_PER_NEIGHBOR = 2  # the screen's candidates per neighbour sought
-# From this dimension the search screens (see _search): below it, exact distances summed one
-# coordinate at a time cost no more than the screen's matrix products and wider top-k.
+# From this dimension the search screens (see _search). Below it, exact distances summed one
+# coordinate at a time took 0.6-0.7x the screen's time in float32 (1.1-1.5x in float64, whose
+# eager calls go to the k-d tree there): benchmarks/results/vnngp_search_cost.md.
 SCREEN_FROM_DIM = _UNROLLED_DIM + 1
 HOST_SEARCH = True  # eager float64 searches of at most 16 dimensions on the CPU: k-d tree
+# Machine epsilon and smallest normal number of each float dtype (TensorFlow flushes smaller
+# results to zero).
+_ROUNDING = {
+    tf.float16: (2.0**-10, 2.0**-14),
+    tf.bfloat16: (2.0**-7, 2.0**-126),
+    tf.float32: (2.0**-23, 2.0**-126),
+    tf.float64: (2.0**-52, 2.0**-1022),
+}
+# An eager search goes to the k-d tree from this many queries: fewer are cheaper in the graph
+# than building the tree (kin40k, M = 36,000, D = 8, one thread: 59-64 ms on the tree for 1-8
+# queries against 11-45 ms, 71 ms for 32 against 90 ms). And only for inputs whose non-zero
+# magnitudes lie in _HOST_MAGNITUDES: numpy keeps subnormals and overflows where TensorFlow
+# flushes to zero.
+HOST_MIN_QUERIES = 32
+_HOST_MAGNITUDES = (1e-100, 1e100)
 _TIE_TOLERANCE = 1e-9  # k-d tree distances this close (relatively) are re-ranked exactly
 
 
@@ -73,16 +90,19 @@ def graph_nearest_neighbors(
     screen ranks the points instead by a lower bound on their distance from one matrix product
     per block and keeps 2k candidates (see :func:`_search`); the k nearest of them by exact
     distance are the answer wherever the bound proves no other point nearer, which on data
-    without near-ties is every query, and the other queries are searched exactly. Cost
+    without near-ties is every query, and the other queries (with the rest of their block) are
+    searched exactly. Cost
     :math:`O(QMD)`, mostly in elementwise work or matrix products and ``top_k``; memory
     :math:`O(Qk)` plus a working block of ``query_block × point_block`` values (by default
     ``point_block`` makes it ``WORKING_ELEMENTS`` = 2²⁰, 8 MB in float64, divided by D for the
-    exact distances above 16 dimensions). Blocks hold at least k points (2k for the screen).
+    exact distances above 16 dimensions; the screen's re-ranking adds a [query_block, 2k, D]
+    block). Blocks hold at least k points (2k for the screen).
 
     Ties: ``tf.math.top_k`` puts the lower position first among equal values, and every ranking
     that decides the answer sees its candidates in index order (see :func:`_lowest_over_blocks`),
     so the result is the ``k`` smallest (distance, index) pairs in lexicographic order, on every
-    device.
+    device. XLA (``jit_compile=True``) may contract the sums into fused multiply-adds, which can
+    order near-ties (distances equal to rounding) differently from the plain graph.
 
     Only TensorFlow ops, so it runs inside ``tf.function`` and in a SavedModel alike; an eager
     call runs the same ops as a (cached) ``tf.function``, which fuses them, except on the CPU
@@ -96,6 +116,11 @@ def graph_nearest_neighbors(
         raise ValueError(f"`k` must be a positive int, got {k!r}.")
     k = int(k)
     points = tf.stop_gradient(tf.convert_to_tensor(points))
+    if points.dtype not in _ROUNDING:
+        raise TypeError(
+            f"`points` must be float16, bfloat16, float32 or float64, got {points.dtype.name}: "
+            "cast the inputs to a float dtype."
+        )
     queries = tf.stop_gradient(tf.cast(queries, points.dtype))
     dim = points.shape[-1]
     if dim is None or points.shape.rank != 2:
@@ -120,14 +145,22 @@ def graph_nearest_neighbors(
 
 
 def _on_host(points: tf.Tensor, queries: tf.Tensor, dim: int) -> bool:
-    """Whether an eager search goes to :func:`nearest_neighbors`: float64 inputs of at most
-    ``_UNROLLED_DIM`` dimensions, both on the CPU, while ``HOST_SEARCH``."""
-    return (
+    """Whether an eager search goes to :func:`nearest_neighbors`, which returns the same indices
+    there: while ``HOST_SEARCH``, float64 inputs of at most ``_UNROLLED_DIM`` dimensions, both
+    on the CPU, at least ``HOST_MIN_QUERIES`` queries, finite with non-zero magnitudes within
+    ``_HOST_MAGNITUDES``."""
+    if not (
         HOST_SEARCH
         and points.dtype == tf.float64
         and dim <= _UNROLLED_DIM
+        and queries.shape[0] >= HOST_MIN_QUERIES
         and all(tf.DeviceSpec.from_string(t.device).device_type == "CPU" for t in (points, queries))
-    )
+    ):
+        return False
+    magnitudes = np.abs(np.concatenate([points.numpy().ravel(), queries.numpy().ravel()]))
+    magnitudes = magnitudes[magnitudes != 0]  # NaN stays, and fails the test below
+    low, high = _HOST_MAGNITUDES
+    return bool(np.all((magnitudes >= low) & (magnitudes <= high)))
 
 
 @tf.autograph.experimental.do_not_convert
@@ -164,7 +197,8 @@ def _search(
     width = _CANDIDATES_PER_NEIGHBOR * k
     centre = tf.reduce_mean(tf.cast(points, tf.float64), axis=0)
     screen_tolerance = 2 * (2 * dim + 12) * float(np.finfo(np.float64).eps)
-    exact_shrink = 1 - 2 * (dim + 3) * float(np.finfo(points.dtype.as_numpy_dtype).eps)
+    eps, tiny = _ROUNDING[points.dtype]
+    exact_shrink, exact_floor = 1 - 2 * (dim + 3) * eps, 2 * dim * tiny  # relative, flushed
 
     def centred(rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Rows in float64 less the points' mean, and their squared norms."""
@@ -194,7 +228,8 @@ def _search(
         distances = tf.where(candidates < num_points, distances, np.inf)
         nearest = tf.math.top_k(-distances, k=k)
         radius = tf.cast(-nearest.values[:, -1], tf.float64)
-        certified = (bounds[:, -1] * exact_shrink > radius) | (width >= num_points)
+        certified = bounds[:, -1] * exact_shrink - exact_floor > radius
+        certified |= width >= num_points
         return tf.gather(candidates, nearest.indices, batch_dims=1), certified
 
     num_queries = tf.shape(queries, out_type=tf.int64)[0]
@@ -313,15 +348,19 @@ def over_row_blocks(
     count: tf.Tensor | None = None,
 ) -> list[tf.Tensor]:
     """
-    ``fn`` over the first ``count`` rows of ``inputs`` [N, ...] in ``order`` (default every row
-    in turn), in a ``tf.while_loop`` over blocks of ``block_size`` rows (fewer if N is smaller),
-    its results written into ``outputs`` (one tensor [N, ...] per result) at their rows; the
-    memory of one block at a time.
+    ``fn`` over the first ``count`` rows of ``inputs`` [N, ...] in ``order`` (a permutation of
+    0..N-1, default every row in turn), in a ``tf.while_loop`` over blocks of ``block_size`` ≥ 1
+    rows (fewer if N is smaller), its results written into ``outputs`` (one tensor [N, ...] per
+    result) at their rows; the memory of one block at a time.
 
     Every block has the same size, so that XLA can compile the loop: the last one ends at the
-    last row of ``order`` and may repeat rows of the one before (or rows past ``count``), whose
-    results it writes again unchanged (``fn`` must answer each row alone).
+    N-th entry of ``order`` and may repeat rows of the one before (or rows past ``count``),
+    whose results it writes again unchanged (``fn`` must answer each row alone).
     """
+    if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
+        raise TypeError(f"`block_size` must be an int, got {block_size!r}.")
+    if block_size < 1:
+        raise ValueError(f"`block_size` must be at least 1, got {block_size}.")
     num_rows = tf.shape(inputs, out_type=tf.int64)[0]
     order = tf.range(num_rows) if order is None else tf.cast(order, tf.int64)
     count = num_rows if count is None else count

@@ -679,7 +679,9 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             expected *= tf.cast(self.num_data, expected.dtype) / batch
         num_inducing = self.inducing_variable.Z.shape[0]
         if inducing_indices is None and self.kl_estimate == "data_batch":
-            return expected - self._data_batch_kl(X, *(located or self._inducing_rows(X)))
+            if located is None:  # the batch carried its neighbours
+                located = self._inducing_rows(X)
+            return expected - self._data_batch_kl(X, *located)
         if inducing_indices is None and self.inducing_batch_size is not None:
             inducing_indices = self._sampler.uniform(
                 [self.inducing_batch_size], 0, num_inducing, dtype=tf.int64

@@ -346,32 +346,72 @@ def test_the_search_and_predictions_compile_under_xla(rng, search_path):
 
 
 @pytest.mark.parametrize(
-    "dim, dtype, on_host",
+    "dim, dtype, num_queries, on_host",
     [
-        (3, np.float64, True),
-        (16, np.float64, True),
-        (17, np.float64, False),
-        (3, np.float32, False),
+        (3, np.float64, 40, True),
+        (16, np.float64, 40, True),
+        (17, np.float64, 40, False),
+        (3, np.float32, 40, False),
+        (3, np.float64, 31, False),  # fewer queries than HOST_MIN_QUERIES
     ],
 )
 def test_eager_float64_searches_up_to_16_dimensions_use_the_kd_tree(
-    rng, monkeypatch, dim, dtype, on_host
+    rng, monkeypatch, dim, dtype, num_queries, on_host
 ):
-    """Eagerly on the CPU, float64 inputs of at most 16 dimensions go to the k-d tree (the
-    same indices, faster); other inputs, and every compiled call, to the graph search."""
+    """Eagerly on the CPU, at least 32 float64 queries of at most 16 dimensions go to the k-d
+    tree (the same indices, faster); other inputs, and every compiled call, to the graph."""
     calls = []
     kd_tree = neighbors.nearest_neighbors
     monkeypatch.setattr(
         neighbors, "nearest_neighbors", lambda *args: calls.append(1) or kd_tree(*args)
     )
     points = rng.standard_normal((50, dim)).astype(dtype)
-    queries = rng.standard_normal((9, dim)).astype(dtype)
+    queries = rng.standard_normal((num_queries, dim)).astype(dtype)
     eager = graph_nearest_neighbors(points, queries, 4).numpy()
     assert len(calls) == on_host
     compiled = traced_search(points, queries, 4)
     assert len(calls) == on_host
     np.testing.assert_array_equal(eager, compiled)
     np.testing.assert_array_equal(eager, brute_force_neighbors(points, queries, 4))
+
+
+@pytest.mark.parametrize("scale", [1e-160, 1e200])
+@pytest.mark.parametrize("bad", [None, np.nan, np.inf])
+def test_extreme_inputs_stay_in_the_graph_eagerly(rng, monkeypatch, scale, bad):
+    """Non-finite inputs, and magnitudes where numpy and TensorFlow round differently
+    (subnormal or overflowing squares), are searched in the graph also eagerly: eager and
+    compiled calls agree."""
+    monkeypatch.setattr(neighbors, "nearest_neighbors", None)  # the k-d tree must not be called
+    points = scale * rng.standard_normal((20, 2))
+    queries = scale * rng.standard_normal((40, 2))
+    if bad is not None:
+        points[3, 1] = bad
+    np.testing.assert_array_equal(
+        graph_nearest_neighbors(points, queries, 3).numpy(), traced_search(points, queries, 3)
+    )
+
+
+def test_the_screen_allows_for_flushed_subnormals(rng, monkeypatch):
+    """Squared differences below float32's smallest normal number are flushed to zero: the
+    certificate allows for it, so at 1e-19 the screen still returns the exact search's
+    neighbours."""
+    points = (1e-19 * rng.standard_normal((200, 17))).astype(np.float32)
+    queries = (1e-19 * rng.standard_normal((20, 17))).astype(np.float32)
+    screened = traced_search(points, queries, 4)
+    monkeypatch.setattr(neighbors, "SCREEN_FROM_DIM", np.inf)
+    np.testing.assert_array_equal(screened, traced_search(points, queries, 4))
+
+
+def test_the_search_takes_every_float_dtype_and_refuses_integers(rng):
+    points = rng.standard_normal((40, 17))
+    expected = brute_force_neighbors(points, points[:5], 3)
+    for dtype in (tf.bfloat16, tf.float16, tf.float32):
+        found = graph_nearest_neighbors(tf.cast(points, dtype), tf.cast(points[:5], dtype), 3)
+        np.testing.assert_array_equal(found.numpy()[:, 0], expected[:, 0])  # each point itself
+    with pytest.raises(TypeError, match="cast the inputs to a float dtype"):
+        graph_nearest_neighbors(np.arange(12).reshape(6, 2), np.zeros((1, 2), int), 2)
+    with pytest.raises(ValueError, match="`block_size` must be at least 1"):
+        neighbors.over_row_blocks(tf.zeros([3, 2]), 0, lambda x: (x,), [tf.zeros([3, 2])])
 
 
 def test_graph_search_rejects_bad_arguments(rng):
