@@ -26,10 +26,13 @@ to the rounding of distances that are equal in exact arithmetic).
 """
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 from scipy.spatial import cKDTree
+
+from .validation import require
 
 __all__ = [
     "graph_find_rows",
@@ -42,6 +45,7 @@ __all__ = [
 
 _BRUTE_FORCE_BLOCK = 32  # below this block size, distances are cheaper than trees
 QUERY_BLOCK = 512  # query rows per block of the graph search
+FALLBACK_QUERY_BLOCK = 32  # query rows per block of the exact search after the screen
 WORKING_ELEMENTS = 2**20  # distances per working block of the graph search (8 MB in float64)
 _UNROLLED_DIM = 16  # up to this dimension, distances are summed one coordinate at a time
 _CANDIDATES_PER_NEIGHBOR = 2  # the screen's candidates per neighbour sought
@@ -90,13 +94,14 @@ def graph_nearest_neighbors(
     screen ranks the points instead by a lower bound on their distance from one matrix product
     per block and keeps 2k candidates (see :func:`_search`); the k nearest of them by exact
     distance are the answer wherever the bound proves no other point nearer, which on data
-    without near-ties is every query, and the other queries (with the rest of their block) are
-    searched exactly. Cost
+    without near-ties is every query, and the other queries are searched exactly, in blocks of
+    ``FALLBACK_QUERY_BLOCK`` = 32 (with other rows filling the block). Cost
     :math:`O(QMD)`, mostly in elementwise work or matrix products and ``top_k``; memory
     :math:`O(Qk)` plus a working block of ``query_block × point_block`` values (by default
     ``point_block`` makes it ``WORKING_ELEMENTS`` = 2²⁰, 8 MB in float64, divided by D for the
-    exact distances above 16 dimensions; the screen's re-ranking adds a [query_block, 2k, D]
-    block). Blocks hold at least k points (2k for the screen).
+    exact distances above 16 dimensions; the screen also re-ranks [rows, 2k, D] values, and
+    takes fewer than ``query_block`` rows per block where that would exceed
+    ``WORKING_ELEMENTS``). Blocks hold at least k points (2k for the screen).
 
     Ties: ``tf.math.top_k`` puts the lower position first among equal values, and every ranking
     that decides the answer sees its candidates in index order (see :func:`_lowest_over_blocks`),
@@ -131,17 +136,62 @@ def graph_nearest_neighbors(
         raise ValueError(f"`queries` must be [Q, {dim}], got shape {queries.shape}.")
     if points.shape[0] is not None and k > points.shape[0]:
         raise ValueError(f"`k` = {k} exceeds the number of points, {points.shape[0]}.")
-    if point_block is None:  # working blocks of WORKING_ELEMENTS distances (or differences)
-        screen_block = WORKING_ELEMENTS // query_block
-        exact_block = WORKING_ELEMENTS // (query_block * (1 if dim <= _UNROLLED_DIM else dim))
-    else:
-        screen_block = exact_block = int(point_block)
-    blocks = (query_block, max(screen_block, _CANDIDATES_PER_NEIGHBOR * k), max(exact_block, k))
+    blocks = _block_sizes(k, dim, query_block, point_block)
     if tf.executing_eagerly() and _on_host(points, queries, dim):
         return tf.constant(nearest_neighbors(points.numpy(), queries.numpy(), k))
     if tf.executing_eagerly():  # the same ops, compiled: fused kernels, no per-op dispatch
-        return _compiled_search(points, queries, k, dim, *blocks, dim >= SCREEN_FROM_DIM)
-    return _search(points, queries, k, dim, *blocks, dim >= SCREEN_FROM_DIM)
+        return _compiled_search(points, queries, k, dim, blocks, dim >= SCREEN_FROM_DIM)
+    if points.shape[0] is None:  # M known only when the graph runs
+        check = require(
+            tf.shape(points)[0] >= k,
+            f"`k` = {k} exceeds the number of points: give at least {k} points or a smaller k.",
+        )
+        with tf.control_dependencies([] if check is None else [check]):
+            points = tf.identity(points)
+    return _search(points, queries, k, dim, blocks, dim >= SCREEN_FROM_DIM)
+
+
+class _Blocks(NamedTuple):
+    """Rows per block of the graph search: of queries and of points, for the screen, for the
+    exact search alone and for the exact search of the rows the screen does not certify."""
+
+    screen_queries: int
+    screen_points: int
+    exact_queries: int
+    exact_points: int
+    fallback_queries: int
+    fallback_points: int
+
+
+def _block_sizes(k: int, dim: int, query_block: int, point_block: int | None) -> _Blocks:
+    """
+    Block sizes whose working blocks hold about ``WORKING_ELEMENTS`` values: the screen's
+    [queries, points] bounds and its [queries, 2k, D] re-ranking (so fewer than
+    ``query_block`` queries per block where 2kD exceeds ``WORKING_ELEMENTS / query_block``),
+    and the exact search's [queries, points] distances, or [queries, points, D] differences
+    above ``_UNROLLED_DIM`` dimensions. The rows the screen leaves go in blocks of
+    ``FALLBACK_QUERY_BLOCK``: every block has one size, so a single such row costs a whole
+    block. Point blocks hold at least 2k points for the screen and k for the exact search.
+    """
+    width = _CANDIDATES_PER_NEIGHBOR * k
+    per_pair = 1 if dim <= _UNROLLED_DIM else dim  # values per (query, point) of exact sums
+
+    def points_per_block(queries: int, values_per_pair: int, least: int) -> int:
+        size = (
+            WORKING_ELEMENTS // (queries * values_per_pair) if point_block is None else point_block
+        )
+        return max(int(size), least)
+
+    screen_queries = min(query_block, max(WORKING_ELEMENTS // (width * dim), 1))
+    fallback_queries = min(query_block, FALLBACK_QUERY_BLOCK)
+    return _Blocks(
+        screen_queries,
+        points_per_block(screen_queries, 1, width),
+        query_block,
+        points_per_block(query_block, per_pair, k),
+        fallback_queries,
+        points_per_block(fallback_queries, per_pair, k),
+    )
 
 
 def _on_host(points: tf.Tensor, queries: tf.Tensor, dim: int) -> bool:
@@ -169,9 +219,7 @@ def _search(
     queries: tf.Tensor,
     k: int,
     dim: int,
-    query_block: int,
-    screen_point_block: int,
-    exact_point_block: int,
+    blocks: _Blocks,
     screen: bool,
 ) -> tf.Tensor:
     """
@@ -192,7 +240,7 @@ def _search(
     # a compiled search traced for several shapes sees [None, None]: restore the static D
     points, queries = tf.ensure_shape(points, [None, dim]), tf.ensure_shape(queries, [None, dim])
     if not screen:
-        return _exact_search(points, queries, k, dim, query_block, exact_point_block)
+        return _exact_search(points, queries, k, dim, blocks.exact_queries, blocks.exact_points)
     num_points = tf.shape(points, out_type=tf.int64)[0]
     width = _CANDIDATES_PER_NEIGHBOR * k
     centre = tf.reduce_mean(tf.cast(points, tf.float64), axis=0)
@@ -211,7 +259,7 @@ def _search(
         shifted, squared = centred(chunk)
 
         def lower_bounds(block: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            index, rows = _point_block(points, num_points, block, screen_point_block)
+            index, rows = _point_block(points, num_points, block, blocks.screen_points)
             rows, row_squared = centred(rows)
             products = tf.matmul(shifted, rows, transpose_b=True)
             expansion = squared[:, None] - 2 * products + row_squared
@@ -220,7 +268,7 @@ def _search(
             bounds = tf.where(tf.math.is_nan(bounds), tf.constant(-np.inf, tf.float64), bounds)
             return tf.where(index < num_points, bounds, np.inf), index
 
-        num_blocks = (num_points + screen_point_block - 1) // screen_point_block
+        num_blocks = (num_points + blocks.screen_points - 1) // blocks.screen_points
         bounds, candidates = _lowest_over_blocks(lower_bounds, num_blocks, width)
         candidates = tf.sort(candidates, axis=1)  # top_k's ties then go to the lower index
         rows = tf.gather(points, tf.minimum(candidates, num_points - 1))  # [C, width, D]
@@ -235,7 +283,7 @@ def _search(
     num_queries = tf.shape(queries, out_type=tf.int64)[0]
     found, certified = over_row_blocks(
         queries,
-        query_block,
+        blocks.screen_queries,
         search,
         [tf.zeros([num_queries, k], tf.int64), tf.zeros([num_queries], tf.bool)],
     )
@@ -246,8 +294,8 @@ def _search(
         queries,
         k,
         dim,
-        query_block,
-        exact_point_block,
+        blocks.fallback_queries,
+        blocks.fallback_points,
         found,
         uncertain_first,
         num_uncertain,

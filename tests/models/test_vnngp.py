@@ -264,14 +264,14 @@ def test_ties_go_to_the_lower_index(rng, search_path, point_block):
 
 @pytest.fixture
 def exact_search_rows(monkeypatch):
-    """The number of query rows each traced search hands to the exact search, in call order;
-    the search screens at every dimension."""
+    """The number of query rows each traced search hands to the exact search and its rows per
+    block, in call order; the search screens at every dimension."""
     monkeypatch.setattr(neighbors, "SCREEN_FROM_DIM", 1)
     rows = []
     exact_search = neighbors._exact_search
 
     def recording(points, queries, k, dim, query_block, point_block, found, order, count):
-        tf.py_function(lambda n: rows.append(int(n)), [count], [])
+        tf.py_function(lambda n: rows.append((int(n), query_block)), [count], [])
         return exact_search(points, queries, k, dim, query_block, point_block, found, order, count)
 
     monkeypatch.setattr(neighbors, "_exact_search", recording)
@@ -294,7 +294,7 @@ def test_the_screen_certifies_data_without_ties(rng, exact_search_rows, dtype, o
     queries = (offset + rng.standard_normal((50, 3))).astype(dtype)
     found = traced_search(points, queries, 5)
     np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 5))
-    assert exact_search_rows == [0]
+    assert exact_search_rows == [(0, neighbors.FALLBACK_QUERY_BLOCK)]
 
 
 def test_the_screen_hands_ties_to_the_exact_search(rng, exact_search_rows):
@@ -308,7 +308,9 @@ def test_the_screen_hands_ties_to_the_exact_search(rng, exact_search_rows):
     np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 4))
     distances = np.sort(np.sum((queries[:, None] - points[None]) ** 2, axis=-1), axis=1)
     tied = np.sum(distances[:, 7] == distances[:, 3])
-    assert 3 <= tied < len(queries) and exact_search_rows == [tied]
+    assert 3 <= tied < len(queries) and exact_search_rows == [
+        (tied, neighbors.FALLBACK_QUERY_BLOCK)
+    ]
 
 
 def test_overflowing_distances_go_to_the_exact_search(rng, exact_search_rows):
@@ -320,7 +322,44 @@ def test_overflowing_distances_go_to_the_exact_search(rng, exact_search_rows):
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 3))
     np.testing.assert_array_equal(found, np.tile([0, 1, 2], (6, 1)))
-    assert exact_search_rows == [6]
+    assert exact_search_rows == [(6, neighbors.FALLBACK_QUERY_BLOCK)]
+
+
+def test_rows_the_screen_leaves_cost_one_small_block(rng, exact_search_rows):
+    """One tied query among many goes to the exact search alone in a block of
+    ``FALLBACK_QUERY_BLOCK`` rows, not a whole query block of the screen."""
+    points = rng.standard_normal((300, 3))
+    points[:20] = 50.0  # 20 copies, far from the other points and queries
+    queries = np.concatenate([rng.standard_normal((700, 3)), points[:1]])
+    found = traced_search(points, queries, 4)
+    np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 4))
+    assert exact_search_rows == [(1, neighbors.FALLBACK_QUERY_BLOCK)]
+
+
+@pytest.mark.parametrize("k, dim", [(256, 100), (4, 3)])
+def test_the_screen_holds_a_bounded_working_block(rng, monkeypatch, k, dim):
+    """The screen's blocks of bounds [rows, points] and of re-ranked candidates [rows, 2k, D]
+    hold at most ``WORKING_ELEMENTS`` values (fewer rows per block for large kD); with a tiny
+    budget (a row per block) the search still returns brute force's neighbours."""
+    blocks = neighbors._block_sizes(k, dim, neighbors.QUERY_BLOCK, None)
+    width = 2 * k
+    assert blocks.screen_queries * blocks.screen_points <= neighbors.WORKING_ELEMENTS
+    assert blocks.screen_queries * width * dim <= neighbors.WORKING_ELEMENTS
+    monkeypatch.setattr(neighbors, "SCREEN_FROM_DIM", 1)
+    monkeypatch.setattr(neighbors, "WORKING_ELEMENTS", 2 * 5 * 3 * 2)  # 2 rows of 10 candidates
+    points, queries = rng.standard_normal((50, 3)), rng.standard_normal((9, 3))
+    assert neighbors._block_sizes(5, 3, neighbors.QUERY_BLOCK, None).screen_queries == 2
+    found = traced_search(points, queries, 5)
+    np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 5))
+
+
+def test_k_beyond_the_points_is_refused_when_m_is_known_only_at_run_time(rng):
+    search = tf.function(
+        lambda P, Q: graph_nearest_neighbors(P, Q, 5),
+        input_signature=[tf.TensorSpec([None, 2], tf.float64)] * 2,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`k` = 5 exceeds the number"):
+        search(rng.standard_normal((3, 2)), rng.standard_normal((4, 2)))
 
 
 def test_the_search_and_predictions_compile_under_xla(rng, search_path):
