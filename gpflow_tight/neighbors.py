@@ -99,9 +99,9 @@ def graph_nearest_neighbors(
     :math:`O(QMD)`, mostly in elementwise work or matrix products and ``top_k``; memory
     :math:`O(Qk)` plus a working block of ``query_block × point_block`` values (by default
     ``point_block`` makes it ``WORKING_ELEMENTS`` = 2²⁰, 8 MB in float64, divided by D for the
-    exact distances above 16 dimensions; the screen also re-ranks [rows, 2k, D] values, and
-    takes fewer than ``query_block`` rows per block where that would exceed
-    ``WORKING_ELEMENTS``). Blocks hold at least k points (2k for the screen).
+    exact distances above 16 dimensions; the screen's gathered [point_block, D] rows and its
+    re-ranked [rows, 2k, D] values are bounded alike, with fewer than ``query_block`` rows
+    per block where 2kD calls for it). Blocks hold at least k points (2k for the screen).
 
     Ties: ``tf.math.top_k`` puts the lower position first among equal values, and every ranking
     that decides the answer sees its candidates in index order (see :func:`_lowest_over_blocks`),
@@ -166,31 +166,28 @@ class _Blocks(NamedTuple):
 def _block_sizes(k: int, dim: int, query_block: int, point_block: int | None) -> _Blocks:
     """
     Block sizes whose working blocks hold about ``WORKING_ELEMENTS`` values: the screen's
-    [queries, points] bounds and its [queries, 2k, D] re-ranking (so fewer than
-    ``query_block`` queries per block where 2kD exceeds ``WORKING_ELEMENTS / query_block``),
-    and the exact search's [queries, points] distances, or [queries, points, D] differences
-    above ``_UNROLLED_DIM`` dimensions. The rows the screen leaves go in blocks of
-    ``FALLBACK_QUERY_BLOCK``: every block has one size, so a single such row costs a whole
-    block. Point blocks hold at least 2k points for the screen and k for the exact search.
+    [queries, points] bounds, its gathered [points, D] rows and its [queries, 2k, D]
+    re-ranking (so fewer than ``query_block`` queries per block where 2kD exceeds
+    ``WORKING_ELEMENTS / query_block``), and the exact search's [queries, points] distances, or
+    [queries, points, D] differences above ``_UNROLLED_DIM`` dimensions. The rows the screen
+    leaves go in blocks of ``FALLBACK_QUERY_BLOCK``: every block has one size, so a single such
+    row costs a whole block. Point blocks hold at least 2k points for the screen and k for the
+    exact search. (Independent of M, so that eager calls share one compiled search.)
     """
     width = _CANDIDATES_PER_NEIGHBOR * k
     per_pair = 1 if dim <= _UNROLLED_DIM else dim  # values per (query, point) of exact sums
 
-    def points_per_block(queries: int, values_per_pair: int, least: int) -> int:
-        size = (
-            WORKING_ELEMENTS // (queries * values_per_pair) if point_block is None else point_block
-        )
-        return max(int(size), least)
+    def points_per_block(size: int, least: int) -> int:
+        return max(int(size if point_block is None else point_block), least)
 
-    screen_queries = min(query_block, max(WORKING_ELEMENTS // (width * dim), 1))
     fallback_queries = min(query_block, FALLBACK_QUERY_BLOCK)
     return _Blocks(
-        screen_queries,
-        points_per_block(screen_queries, 1, width),
-        query_block,
-        points_per_block(query_block, per_pair, k),
-        fallback_queries,
-        points_per_block(fallback_queries, per_pair, k),
+        screen_queries=min(query_block, max(WORKING_ELEMENTS // (width * dim), 1)),
+        screen_points=points_per_block(WORKING_ELEMENTS // max(query_block, dim), width),
+        exact_queries=query_block,
+        exact_points=points_per_block(WORKING_ELEMENTS // (query_block * per_pair), k),
+        fallback_queries=fallback_queries,
+        fallback_points=points_per_block(WORKING_ELEMENTS // (fallback_queries * per_pair), k),
     )
 
 

@@ -53,7 +53,12 @@ of the variances at most 8.0 times SVGP's (median 1.9) and of the means at most 
 
 The tolerances: each of the largest measured values above for the family (ours and the peer),
 doubled and rounded up, and the round-off of the predictions at most ROUNDOFF_RATIO = 10 times
-the peer's on the same problem. The peers meet the same tolerances (asserted too).
+the peer's on the same problem. The peers meet the same tolerances (asserted too). The table was
+measured on an Intel Xeon; on an AMD EPYC (same versions) SVGP's round-off of the variances at
+SEED = 0 was 30 times smaller (2.5e-4) while VNNGP's was the same (3.2e-3), 13 times SVGP's. The
+peer's round-off is the machine's, not a property of our model, so VNNGP's variances are
+compared instead with eq. 25 written out in plain float32 numpy at the same parameters
+(:func:`vnngp_in_plain_float32`, 1.4e-3 there: ours 2.3 times it); its means still with SVGP's.
 """
 
 import functools
@@ -155,6 +160,8 @@ class Agreement(NamedTuple):
     trained: Differences  # each precision trained on its own
     roundoff: Differences  # float64 at float32's final parameters against float32
     float32: Evaluated
+    float64_at: Evaluated  # the float64 model at float32's final parameters
+    model: Any  # the float32 model
 
 
 def evaluate(model: Any, data: Any, X_test: np.ndarray) -> Evaluated:
@@ -208,11 +215,44 @@ def agreement(name: str, seed: int = SEED) -> Agreement:
     """Train ``name`` in both precisions and compare (once per session: the peers are shared)."""
     _, double = train(name, np.float64, seed)
     model, single = train(name, np.float32, seed)
+    float64_at = in_float64_at(name, model, seed)
     return Agreement(
         trained=differences(single, double),
-        roundoff=differences(single, in_float64_at(name, model, seed)),
+        roundoff=differences(single, float64_at),
         float32=single,
+        float64_at=float64_at,
+        model=model,
     )
+
+
+def vnngp_in_plain_float32(model: Any, X_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Eq. 25 at ``X_test`` from a float32 VNNGP's parameters, written out in float32 numpy:
+    brute-force neighbours, :math:`(K_{nn} + \\epsilon I)^{-1}\\mathbf k_{n*}` by LAPACK's
+    float32 solve, no centring. The float32 peer of VNNGP's predictions with the same
+    conditioning (its neighbourhoods of M = N points are far closer than SVGP's inducing points,
+    so the cancellation in its conditional variances is its own).
+    """
+    f32 = np.float32
+    Z, X_test = model.inducing_variable.Z.numpy(), X_test.astype(f32)
+    variance = f32(model.kernel.variance.numpy())
+    lengthscale = f32(model.kernel.lengthscales.numpy())
+    q_mu, s = model.q_mu.numpy(), np.square(model.q_sqrt.numpy())
+
+    def k(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        scaled = (A[:, None, :] - B[None, :, :]) / lengthscale
+        return variance * np.exp(f32(-0.5) * np.sum(np.square(scaled), axis=-1))
+
+    means, variances = [], []
+    for x in X_test:
+        n = np.argsort(np.sum(np.square(Z - x), axis=1), kind="stable")[:4]
+        k_n = k(Z[n], x[None])[:, 0]
+        a = np.linalg.solve(k(Z[n], Z[n]) + f32(JITTER) * np.eye(4, dtype=f32), k_n)
+        means.append(a @ q_mu[n])
+        variances.append(variance - k_n @ a + np.square(a) @ s[n])
+    mean, var = np.array(means), np.array(variances)
+    assert mean.dtype == var.dtype == np.float32
+    return mean, var
 
 
 def family(name: str) -> str:
@@ -244,9 +284,12 @@ def test_float32_training_agrees_with_float64(name):
     tolerances = TOLERANCES[family(name)]
     assert_within(ours.trained, tolerances["trained"], f"{name} trained")
     assert_within(ours.roundoff, tolerances["roundoff"], f"{name} round-off")
-    peer = agreement(PEER[name]).roundoff
-    for field in ("mean", "variance"):
+    peers = {field: (PEER[name], agreement(PEER[name]).roundoff) for field in ("mean", "variance")}
+    if name == "VNNGP":  # its variances against eq. 25 in plain float32 (see the docstring)
+        X_test = problem(SEED)[2]
+        mean, variance = vnngp_in_plain_float32(ours.model, X_test)
+        plain = Evaluated(ours.float32.objective, mean, variance)
+        peers["variance"] = ("eq. 25 in plain float32", differences(plain, ours.float64_at))
+    for field, (peer_name, peer) in peers.items():
         ratio = getattr(ours.roundoff, field) / getattr(peer, field)
-        assert ratio <= ROUNDOFF_RATIO, (
-            f"{name}'s {field} round-off is {ratio:.1f} x {PEER[name]}'s"
-        )
+        assert ratio <= ROUNDOFF_RATIO, f"{name}'s {field} round-off is {ratio:.1f} x {peer_name}'s"

@@ -252,7 +252,9 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         else:
             Z = np.asarray(inducing_variable, dtype=float)
         # rows distinct in the model's dtype, or repeats kept apart by the jitter
-        self._repeated_inputs = _check_inducing_inputs(Z.astype(default_float()), jitter)
+        self._repeated_inputs = _check_inducing_inputs(
+            Z.astype(default_float()), allow_repeats=jitter is not None and jitter > 0
+        )
         check_kernel(kernel, Z.shape[1])
         num_inducing = len(Z)
         self.num_neighbors = _check_count(num_neighbors, "num_neighbors", num_inducing - 1)
@@ -376,9 +378,10 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         distinct, it took the test NLL from -0.940, -0.999 and -1.002 to -0.957, -1.104 and
         -1.085 on three splits, about GPyTorch's (-0.968, -1.103, -1.088), at 1.2-1.8 times the
         training time; on KEGGU it changed nothing (two splits). Those runs moved the k-th
-        repeat by k × 1e-7 instead, the same model to rounding (a test checks it;
-        ``benchmarks/results/vnngp_uci_paper.md``, "The inducing set"). Without repeated inputs
-        the two settings are the same model.
+        repeat by k × 1e-7 instead: the same model up to the moves' first-order change of the
+        kernel values (a test checks it; ``benchmarks/results/vnngp_uci_paper.md``, "The
+        inducing set"). Without repeated inputs the two settings differ only in the order of Z
+        (``"distinct"`` sorts it), and so in the random ordering of the prior.
 
         :param q_sqrt_scale: the initial standard deviations of q(u) as a fraction of each
             target column's standard deviation (Gaussian likelihood only).
@@ -454,11 +457,7 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
                 "inputs cannot move either). Call it on the original model and freeze that again."
             )
         Z = self.inducing_variable.Z.numpy()
-        if _check_inducing_inputs(Z, self.jitter) and not self._repeated_inputs:
-            raise ValueError(
-                "`inducing_variable` now has repeated rows, which this model was not built with "
-                "(its data batches locate rows in Z): build a new model on these inputs."
-            )
+        _check_inducing_inputs(Z, allow_repeats=self._repeated_inputs)
         index, mask = sequential_nearest_neighbors(Z[self.ordering], self.num_neighbors)
         table = np.empty_like(index)
         table[self.ordering] = np.where(mask, self.ordering[index], -1)  # positions to rows of Z
@@ -480,40 +479,51 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         """
         Rows [N, k] of the ``k`` (default ``num_neighbors_predict``) nearest inducing inputs,
         nearest first, from a k-d tree (eagerly, once); the same as the graph search's.
+
+        With repeated inducing inputs (one inducing point per training row), X equal to the
+        inducing inputs row for row gets row i's own inducing point first in row i, where its
+        data term reads :math:`q(u_i)` (:meth:`_q_g`); other inputs that equal a repeated
+        inducing input are refused, since which repeat they are is unknown.
         """
         k = self.num_neighbors_predict if k is None else k
         queries = checked_inputs(X, input_dim=inducing_input_dim(self.inducing_variable), name="X")
         if len(queries.shape) != 2:
             raise ValueError(f"`X` must be a 2-D array [N, D], got shape {tuple(queries.shape)}.")
-        return nearest_neighbors(self.inducing_variable.Z.numpy(), queries.numpy(), k)
+        Z, queries = self.inducing_variable.Z.numpy(), queries.numpy()
+        found = nearest_neighbors(Z, queries, k)
+        if not self._repeated_inputs:
+            return found
+        if queries.shape == Z.shape and np.array_equal(queries, Z):
+            own = np.arange(len(Z))[:, None]
+            # the own row is among the nearest (distance 0) or ties with the first: put it first
+            first = np.where(found == own, found[:, :1], found)
+            return np.concatenate([own, first[:, 1:]], axis=1)
+        _, copy_of, copies = np.unique(Z, axis=0, return_inverse=True, return_counts=True)
+        nearest = found[:, 0]
+        repeated = np.all(queries == Z[nearest], axis=1) & (
+            copies[copy_of.reshape(-1)[nearest]] > 1
+        )
+        if np.any(repeated):
+            raise ValueError(
+                "`X`: some rows equal a repeated inducing input (this model has one inducing "
+                "point per training row), and which repeat a row is cannot be told from its "
+                "input: give the whole training set in the order of `model.inducing_variable.Z` "
+                "(`training_data`) and slice the triple for minibatches; predict with "
+                "`predict_f`."
+            )
+        return found
 
     def training_data(self, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, ...]:
         """
-        ``(X, Y, neighbors)`` for :meth:`elbo`: the neighbours are looked up once. X and Y are
-        checked (:func:`~gpflow_tight.validation.check_regression_data`) and cast to GPflow's
-        default float.
-
-        With repeated inducing inputs (one inducing point per training row), X must be the
-        inducing inputs row for row, and row i's neighbours start with i: its own inducing
-        point, whose :math:`q(u_i)` its data term reads (:meth:`_q_g`).
+        ``(X, Y, neighbors)`` for :meth:`elbo`: the neighbours are looked up once
+        (:meth:`neighbors`; with repeated inducing inputs, X must be the inducing inputs row for
+        row). X and Y are checked (:func:`~gpflow_tight.validation.check_regression_data`) and
+        cast to GPflow's default float.
         """
         X, Y = check_regression_data(
             (X, Y), "data", input_dim=inducing_input_dim(self.inducing_variable)
         )
-        neighbors = self.neighbors(X)
-        if self._repeated_inputs:
-            Z = self.inducing_variable.Z.numpy()
-            if X.shape != Z.shape or not np.array_equal(X, Z):
-                raise ValueError(
-                    "`X`: this model has repeated inducing inputs, one per training row, so X "
-                    "must be those inputs row for row (each row's data term reads its own "
-                    "inducing point); give X in the order of `model.inducing_variable.Z`."
-                )
-            own = np.arange(len(Z))[:, None]
-            # the own row is among the nearest (distance 0) or ties with the first: put it first
-            first = np.where(neighbors == own, neighbors[:, :1], neighbors)
-            neighbors = np.concatenate([own, first[:, 1:]], axis=1)
-        return X, Y, neighbors
+        return X, Y, self.neighbors(X)
 
     # ---------------------------------------------------------------------------------------
     # conditionals
@@ -619,8 +629,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         self, X: tf.Tensor, neighbors: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """The first of its ``neighbors`` [B, K] whose inducing input each row of X equals,
-        and whether there is one (:math:`O(BKD)`): the row's own inducing point in
-        :meth:`training_data`'s triples."""
+        and whether there is one (:math:`O(BKD)`): with repeated inducing inputs, the row's own
+        inducing point in :meth:`training_data`'s triples."""
         equal = tf.reduce_all(
             tf.equal(X[:, None, :], tf.gather(self.inducing_variable.Z, neighbors)), axis=-1
         )
@@ -739,7 +749,9 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         (:meth:`data_batch_kl`).
 
         :param data: ``(X, Y)`` or ``(X, Y, neighbors)`` with ``neighbors`` from
-            :meth:`neighbors`.
+            :meth:`neighbors` (with repeated inducing inputs, only the triple, from
+            :meth:`training_data`: a row equal to several inducing inputs reads the first of
+            them among its neighbours).
         """
         X, Y = data[0], data[1]
         if len(data) > 2:
@@ -754,8 +766,10 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             expected *= tf.cast(self.num_data, expected.dtype) / batch
         num_inducing = self.inducing_variable.Z.shape[0]
         if inducing_indices is None and self.kl_estimate == "data_batch":
-            if len(data) > 2:  # the inducing input a row equals is among its neighbours
+            if len(data) > 2 and self._repeated_inputs:  # its own, first among its neighbours
                 located = self._rows_among_neighbors(X, data[2])
+            elif len(data) > 2:
+                located = self._inducing_rows(X)
             return expected - self._data_batch_kl(X, *located)
         if inducing_indices is None and self.inducing_batch_size is not None:
             inducing_indices = self._sampler.uniform(
@@ -785,7 +799,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         return self._data_batch_kl(X, *self._inducing_rows(X))
 
     def _data_batch_kl(self, X: tf.Tensor, rows: tf.Tensor, found: tf.Tensor) -> tf.Tensor:
-        """:meth:`data_batch_kl` with ``rows, found`` from :meth:`_inducing_rows`."""
+        """:meth:`data_batch_kl` with ``rows, found`` from :meth:`_inducing_rows` (or, with
+        repeated inducing inputs, :meth:`_rows_among_neighbors`)."""
         assertions = [
             require(
                 found,
@@ -871,9 +886,9 @@ def _check_count(value: Any, name: str, maximum: int | None) -> int:
     return int(value)
 
 
-def _check_inducing_inputs(Z: np.ndarray, jitter: float | None) -> bool:
-    """Whether the inducing inputs [M, D] have repeated rows, which only a positive ``jitter``
-    makes non-singular (checked here: a ValueError otherwise)."""
+def _check_inducing_inputs(Z: np.ndarray, allow_repeats: bool) -> bool:
+    """Whether the inducing inputs [M, D] have repeated rows (a ValueError unless
+    ``allow_repeats``: a model with a positive jitter, which keeps them non-singular)."""
     if Z.ndim != 2 or len(Z) < 2:
         raise ValueError(
             f"`inducing_variable` must be an array [M, D] with M ≥ 2, got shape {Z.shape}."
@@ -881,11 +896,11 @@ def _check_inducing_inputs(Z: np.ndarray, jitter: float | None) -> bool:
     if not np.all(np.isfinite(Z)):
         raise ValueError("`inducing_variable` contains NaN or infinite values.")
     repeats = len(Z) - len(np.unique(Z, axis=0))
-    if repeats and not (jitter is not None and jitter > 0):
+    if repeats and not allow_repeats:
         raise ValueError(
             f"`inducing_variable` has {repeats} duplicated row(s): their neighbour covariance "
-            "is singular. Remove duplicates (e.g. `np.unique(Z, axis=0)`), or give `jitter` > 0 "
-            "to keep one inducing point per training row (GPyTorch's set; "
+            "is singular. Remove duplicates (e.g. `np.unique(Z, axis=0)`), or build the model "
+            "with `jitter` > 0 to keep one inducing point per training row (GPyTorch's set; "
             "`VNNGP.from_data(..., inducing_inputs='rows')`)."
         )
     return bool(repeats)

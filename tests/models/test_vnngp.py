@@ -336,21 +336,32 @@ def test_rows_the_screen_leaves_cost_one_small_block(rng, exact_search_rows):
     assert exact_search_rows == [(1, neighbors.FALLBACK_QUERY_BLOCK)]
 
 
-@pytest.mark.parametrize("k, dim", [(256, 100), (4, 3)])
+@pytest.mark.parametrize("k, dim", [(256, 100), (256, 1024), (4, 3)])
 def test_the_screen_holds_a_bounded_working_block(rng, monkeypatch, k, dim):
-    """The screen's blocks of bounds [rows, points] and of re-ranked candidates [rows, 2k, D]
-    hold at most ``WORKING_ELEMENTS`` values (fewer rows per block for large kD); with a tiny
-    budget (a row per block) the search still returns brute force's neighbours."""
+    """The screen's blocks of bounds [rows, points], of gathered points [points, D] and of
+    re-ranked candidates [rows, 2k, D] hold at most ``WORKING_ELEMENTS`` values (fewer rows per
+    block for large kD, the point blocks as before); with a tiny budget the screen runs a
+    row or two per block and still returns brute force's neighbours."""
     blocks = neighbors._block_sizes(k, dim, neighbors.QUERY_BLOCK, None)
     width = 2 * k
     assert blocks.screen_queries * blocks.screen_points <= neighbors.WORKING_ELEMENTS
+    assert blocks.screen_points * dim <= neighbors.WORKING_ELEMENTS
     assert blocks.screen_queries * width * dim <= neighbors.WORKING_ELEMENTS
+    if dim <= 512:  # the point blocks do not grow as the row blocks shrink
+        assert blocks.screen_points == neighbors.WORKING_ELEMENTS // neighbors.QUERY_BLOCK
     monkeypatch.setattr(neighbors, "SCREEN_FROM_DIM", 1)
     monkeypatch.setattr(neighbors, "WORKING_ELEMENTS", 2 * 5 * 3 * 2)  # 2 rows of 10 candidates
+    row_blocks = []
+    over_row_blocks = neighbors.over_row_blocks
+    monkeypatch.setattr(
+        neighbors,
+        "over_row_blocks",
+        lambda inputs, size, *args: row_blocks.append(size) or over_row_blocks(inputs, size, *args),
+    )
     points, queries = rng.standard_normal((50, 3)), rng.standard_normal((9, 3))
-    assert neighbors._block_sizes(5, 3, neighbors.QUERY_BLOCK, None).screen_queries == 2
     found = traced_search(points, queries, 5)
     np.testing.assert_array_equal(found, brute_force_neighbors(points, queries, 5))
+    assert row_blocks == [2, neighbors.FALLBACK_QUERY_BLOCK]  # the screen, then its fallback
 
 
 def test_k_beyond_the_points_is_refused_when_m_is_known_only_at_run_time(rng):
@@ -1417,6 +1428,10 @@ def test_data_batch_kl_is_exact_on_the_training_set_and_unbiased(rng, q):
     np.testing.assert_allclose(np.mean(estimates), exact, rtol=1e-12)
     assert np.ptp(estimates) > 1e-2
     np.testing.assert_allclose(model.data_batch_kl(X).numpy(), model.prior_kl(), rtol=1e-12)
+    # neighbour rows without the row's own inducing point: the KL still finds it in Z
+    others = (X, Y, model.neighbors(X, 5)[:, 1:])
+    exact_kl = model_for(Z, q_mu, q_sqrt, 4, num_data=24, **extra)
+    np.testing.assert_allclose(model.elbo(others), exact_kl.elbo(others), rtol=1e-12)
     # without num_data the whole set is the one batch, with the same weights
     whole = model_for(Z, q_mu, q_sqrt, 4, kl_estimate="data_batch", data_multiplicity=counts,
                       **extra)  # fmt: skip
@@ -1426,12 +1441,15 @@ def test_data_batch_kl_is_exact_on_the_training_set_and_unbiased(rng, q):
 def test_one_inducing_point_per_row_keeps_repeats_apart(rng):
     """
     ``inducing_inputs="rows"``: Z = X with its repeats, each row's data term reads its own
-    q(u_i) and the KL is against the Vecchia prior of K_ZZ + εI on the repeated inputs (the
-    dense ELBO with the model's neighbour sets), eagerly, compiled and on minibatches (their
-    average over a partition is exact). Batches that cannot say which repeat a row is, repeats
-    without jitter and unknown settings are refused.
+    q(u_i) (also where more repeats than K tie at distance 0, so the k-d tree's neighbours
+    leave the row out) and the KL is against the Vecchia prior of K_ZZ + εI on the repeated
+    inputs (the dense ELBO with the model's neighbour sets), eagerly, compiled and on
+    minibatches (their average over a partition is exact). Inputs that cannot say which repeat
+    they are, repeats without jitter and unknown settings are refused.
     """
-    X, Y = repeated_inputs(rng)
+    distinct = rng.uniform(-3, 3, (16, 2))
+    X = np.concatenate([distinct, distinct[[0, 0, 0, 0, 0, 1, 1, 2]]])[rng.permutation(24)]
+    Y = np.sin(X[:, :1]) * np.cos(X[:, 1:]) + 0.2 * rng.standard_normal((24, 1))
     likelihood = gpflow.likelihoods.Gaussian(NOISE)
     model = VNNGP.from_data((X, Y), kernel(), likelihood, 4, inducing_inputs="rows", seed=3)
     np.testing.assert_array_equal(model.inducing_variable.Z.numpy(), X)
@@ -1442,10 +1460,12 @@ def test_one_inducing_point_per_row_keeps_repeats_apart(rng):
     model.q_mu.assign(q_mu)
     model.q_sqrt.assign(q_sqrt)
     data = model.training_data(X, Y)
+    np.testing.assert_array_equal(data[2], model.neighbors(X))
     np.testing.assert_array_equal(data[2][:, 0], np.arange(24))  # its own inducing point first
+    kd_tree = nearest_neighbors(X, X, 4)
+    assert np.any(np.all(kd_tree != np.arange(24)[:, None], axis=1))  # some rows not their own
     distances = np.sum((X[:, None] - X[data[2]]) ** 2, axis=-1)
-    np.testing.assert_array_equal(np.sort(distances, 1), np.sort(
-        np.sum((X[:, None] - X[None]) ** 2, axis=-1), 1)[:, :4])  # fmt: skip
+    np.testing.assert_array_equal(distances, np.sum((X[:, None] - X[kd_tree]) ** 2, axis=-1))
     sets = [row[row >= 0] for row in model.prior_neighbors]
     Ktilde = dense_vecchia_covariance(X, sets, jitter=1e-3)
     kl = gauss_kl(q_mu[:, 0], np.diag(q_sqrt[:, 0] ** 2), Ktilde)
@@ -1460,9 +1480,13 @@ def test_one_inducing_point_per_row_keeps_repeats_apart(rng):
     for refused in (lambda: model.elbo((X, Y)), lambda: model.data_batch_kl(X)):
         with pytest.raises(ValueError, match="cannot say which of them a row is"):
             refused()
-    with pytest.raises(ValueError, match="row for row"):
-        model.training_data(X[::-1], Y)
-    with pytest.raises(ValueError, match="give `jitter` > 0"):
+    repeated = np.flatnonzero(np.all(X == distinct[0], axis=1))
+    for batch in (X[::-1], X[repeated[:2]]):
+        with pytest.raises(ValueError, match="which repeat a row is cannot be told"):
+            model.training_data(batch, Y[: len(batch)])
+    new = rng.uniform(-3, 3, (5, 2))
+    np.testing.assert_array_equal(model.neighbors(new), nearest_neighbors(X, new, 4))
+    with pytest.raises(ValueError, match="build the model with `jitter` > 0"):
         VNNGP.from_data((X, Y), kernel(), likelihood, 4, inducing_inputs="rows", jitter=None)
     with pytest.raises(ValueError, match="`inducing_inputs` must be 'distinct' or 'rows'"):
         VNNGP.from_data((X, Y), kernel(), likelihood, 4, inducing_inputs="all")
