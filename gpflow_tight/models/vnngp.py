@@ -606,9 +606,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             else:  # a_iᵀ S_{n(i)n(i)} a_i with the factor's rows
                 var = c[:, None] + self._factor_quadratic_form(neighbors, a)
             # rows equal to any of their neighbours (neighbour rows in any order)
-            equal = tf.reduce_all(tf.equal(X[:, None, :], tf.gather(Z, neighbors)), axis=-1)
-            column = tf.argmax(tf.cast(equal, tf.int32), axis=1, output_type=tf.int32)
-            where = tf.reduce_any(equal, axis=1)[:, None]
+            column, found = self._equal_neighbor(X, neighbors)
+            where = found[:, None]
             exact_mean = tf.gather(residual, column, axis=1, batch_dims=1)  # [B, L]
             exact_var = tf.gather(variances, column, axis=1, batch_dims=1)
             return tf.where(where, exact_mean, mean), tf.where(where, exact_var, var)
@@ -625,18 +624,23 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         :func:`~gpflow_tight.neighbors.graph_find_rows`)."""
         return graph_find_rows(self.inducing_variable.Z, self._sorted_rows, X)
 
-    def _rows_among_neighbors(
-        self, X: tf.Tensor, neighbors: tf.Tensor
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        """The first of its ``neighbors`` [B, K] whose inducing input each row of X equals,
-        and whether there is one (:math:`O(BKD)`): with repeated inducing inputs, the row's own
-        inducing point in :meth:`training_data`'s triples."""
+    def _equal_neighbor(self, X: tf.Tensor, neighbors: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The column of the first of its ``neighbors`` [B, K] whose inducing input each row
+        of X equals (bit for bit), and whether there is one (:math:`O(BKD)`)."""
         equal = tf.reduce_all(
             tf.equal(X[:, None, :], tf.gather(self.inducing_variable.Z, neighbors)), axis=-1
         )
         column = tf.argmax(tf.cast(equal, tf.int32), axis=1, output_type=tf.int32)
+        return column, tf.reduce_any(equal, axis=1)
+
+    def _rows_among_neighbors(
+        self, X: tf.Tensor, neighbors: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The inducing point of :meth:`_equal_neighbor` and whether there is one: with repeated
+        inducing inputs, the row's own in :meth:`training_data`'s triples."""
+        column, found = self._equal_neighbor(X, neighbors)
         rows = tf.gather(neighbors, column, axis=1, batch_dims=1)
-        return tf.cast(rows, tf.int64), tf.reduce_any(equal, axis=1)
+        return tf.cast(rows, tf.int64), found
 
     def _refuse_unlocated(self, what: str) -> None:
         """With repeated inducing inputs, an input alone cannot say which of them is its row."""
