@@ -21,7 +21,14 @@ from gpflux.models import DeepGP
 
 from .models.solve import decoupled_prior_kl, orthogonal_variational_parameters
 from .models.tight_svgp import relaxed_marginals
-from .orthogonal import LatentBlock, check_orthogonal_sets, latent_blocks, orthogonal_sets
+from .orthogonal import (
+    INDUCING_SET_HINTS,
+    INDUCING_SETS,
+    LatentBlock,
+    check_orthogonal_sets,
+    latent_blocks,
+    orthogonal_sets,
+)
 from .posteriors import OrthogonalPosterior
 from .projection import marginals_with_residual, project
 from .relaxation import Relaxation, as_relaxation, conditional_relaxation_term, initial_beta
@@ -112,7 +119,7 @@ class TightGPLayer(GPLayer):
         if orthogonal_inducing_variable is not None:
             self.orthogonal_inducing_variable = orthogonal_sets(
                 self.kernel, self.inducing_variable, orthogonal_inducing_variable
-            )
+            )  # from now on both sets are fixed (__setattr__)
             self.q_mu_orthogonal, self.q_sqrt_orthogonal = orthogonal_variational_parameters(
                 self.latent_blocks(),
                 self.num_latent_gps,
@@ -128,6 +135,18 @@ class TightGPLayer(GPLayer):
             )
         self._relaxed_call = False
         self._relaxation_loss: tf.Tensor | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (
+            name in INDUCING_SETS
+            and getattr(self, "orthogonal_inducing_variable", None) is not None
+        ):
+            raise AttributeError(
+                f"`{name}` of a TightGPLayer with an orthogonal set is fixed at construction (the "
+                f"orthogonal set holds the regular one): {INDUCING_SET_HINTS[name]}build a new "
+                "layer."
+            )
+        super().__setattr__(name, value)
 
     @classmethod
     def from_gp_layer(

@@ -401,19 +401,34 @@ def latent_blocks(kernel: Kernel, orthogonal_inducing_variable: Any) -> list[Lat
     return [LatentBlock(k, v, slice(i, i + 1)) for i, (k, v) in enumerate(zip(latent, sets))]
 
 
-def _as_list(inducing_variable: Any) -> list[Any]:
+# The orthogonal set holds the regular one (to compute K_uv), so a model that replaced either
+# object would leave the other reading the old one: the models refuse it, with this advice.
+INDUCING_SETS = ("inducing_variable", "orthogonal_inducing_variable")
+INDUCING_SET_HINTS = {
+    name: "to move its inducing inputs, assign new values of the same shape to the points it "
+    f"holds (e.g. `model.{name}{points}.Z.assign(Z_new)`); to change their number, "
+    for name, points in zip(INDUCING_SETS, ("", ".orthogonal"))
+}
+
+
+def _as_list(inducing_variable: Any, name: str) -> list[Any]:
+    """The inducing sets of each group of latent GPs, each checked (finite) as ``name``."""
     # GPflow's Fallback* classes are the bases of its Separate/SharedIndependent ones
     if isinstance(inducing_variable, FallbackSeparateIndependentInducingVariables):
-        return list(inducing_variable.inducing_variable_list)
-    if isinstance(inducing_variable, FallbackSharedIndependentInducingVariables):
-        return [inducing_variable.inducing_variable]
-    if isinstance(inducing_variable, MultioutputInducingVariables):
+        sets = list(inducing_variable.inducing_variable_list)
+    elif isinstance(inducing_variable, FallbackSharedIndependentInducingVariables):
+        sets = [inducing_variable.inducing_variable]
+    elif isinstance(inducing_variable, MultioutputInducingVariables):
         raise TypeError(
             f"SOLVE-GP takes independent latent GPs; {type(inducing_variable).__name__} is not "
             "supported: use SharedIndependentInducingVariables or "
             "SeparateIndependentInducingVariables."
         )
-    return [inducingpoint_wrapper(inducing_variable)]
+    else:
+        sets = [inducing_variable]
+    for inducing in sets:  # before GPflow wraps an array (and fails on NaN, unclearly)
+        check_inducing_variable(inducing, name)
+    return [inducingpoint_wrapper(inducing) for inducing in sets]
 
 
 def orthogonal_sets(kernel: Kernel, inducing_variable: Any, orthogonal: Any) -> Any:
@@ -427,9 +442,8 @@ def orthogonal_sets(kernel: Kernel, inducing_variable: Any, orthogonal: Any) -> 
             "Pass `orthogonal_inducing_variable` (an array [M_v, D] or inducing variables; an "
             "array of shape [0, D] gives the model without orthogonal points)."
         )
-    regular, orthogonal = _as_list(inducing_variable), _as_list(orthogonal)
-    for inducing in orthogonal:  # before GPflow wraps an array (and fails on NaN, unclearly)
-        check_inducing_variable(inducing, "orthogonal_inducing_variable")
+    regular = _as_list(inducing_variable, "inducing_variable")
+    orthogonal = _as_list(orthogonal, "orthogonal_inducing_variable")
     if isinstance(kernel, MultioutputKernel) and not isinstance(
         inducing_variable, MultioutputInducingVariables
     ):

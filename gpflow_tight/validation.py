@@ -886,13 +886,16 @@ class ConstructorOnly:
     """
 
     _constructor_only: tuple[str, ...] = ()
+    # what to do instead, for settings with a way to change them in place
+    _constructor_only_hints: dict[str, str] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._constructor_only and name in self.__dict__:
+            hint = self._constructor_only_hints.get(name, "")
             raise AttributeError(
                 f"`{name}` of {type(self).__name__} is fixed at construction (compiled functions "
-                f"would keep the old value): build a new model (or relaxation, or posterior) with "
-                f"`{name}=...` instead and copy the parameters into it with "
+                f"would keep the old value): {hint}build a new model (or relaxation, or posterior) "
+                f"with `{name}=...` instead and copy the parameters into it with "
                 "`gpflow.utilities.multiple_assign(new, gpflow.utilities.parameter_dict(old))`."
             )
         super().__setattr__(name, value)

@@ -85,6 +85,28 @@ def _checked_latent(
     return Y, mean, var
 
 
+def _checked_prior(
+    X_prior_mean: Any, X_prior_var: Any, shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The prior :math:`p(X)` of a GPLVM, [N, Q] like :math:`q(X)`: finite means (default 0) and
+    finite, strictly positive variances (default 1), in GPflow's default float."""
+    mean = (
+        np.zeros(shape)
+        if X_prior_mean is None
+        else checked_matrix(X_prior_mean, "X_prior_mean", "Q")
+    )
+    var = np.ones(shape) if X_prior_var is None else checked_matrix(X_prior_var, "X_prior_var", "Q")
+    for name, array in (("X_prior_mean", mean), ("X_prior_var", var)):
+        if array.shape != shape:
+            raise ValueError(
+                f"`{name}` must have the shape of `X_data_mean`, {shape}, got {array.shape}."
+            )
+    if np.any(var <= 0):
+        raise ValueError("`X_prior_var` must hold finite, strictly positive variances.")
+    dtype = default_float()
+    return mean.astype(dtype), var.astype(dtype)
+
+
 #: the smallest jitter with which the GPLVMs train reliably below float64 (docs/gplvm.md)
 _FLOAT32_MIN_JITTER = 1e-3
 
@@ -248,6 +270,7 @@ class TightBayesianGPLVM(
         data, X_data_mean, X_data_var = _checked_latent(
             data, X_data_mean, X_data_var, kernel, inducing_variable
         )
+        X_prior_mean, X_prior_var = _checked_prior(X_prior_mean, X_prior_var, X_data_mean.shape)
         chosen = _gplvm_relaxation(relaxation, num_samples, self._relaxations, type(self).__name__)
         _warn_low_precision(type(self).__name__)
         super().__init__(
@@ -470,7 +493,7 @@ class MinibatchBayesianGPLVM(
     with the model's own :math:`q(\\mathbf u)`.
     """
 
-    _constructor_only = ("relaxation",)
+    _constructor_only = ("relaxation", "num_data", "whiten")
     _relaxations = ("none", "optimal")
 
     def __init__(
@@ -501,6 +524,7 @@ class MinibatchBayesianGPLVM(
             kernel,
             inducing_variable,
         )
+        X_prior_mean, X_prior_var = _checked_prior(X_prior_mean, X_prior_var, X_data_mean.shape)
         check_noise_variance(noise_variance)
         if relaxation is None:
             relaxation = "none" if tight is not None and not tight else "optimal"
@@ -516,13 +540,8 @@ class MinibatchBayesianGPLVM(
         self.num_data = int(num_data)
         self.X_data_mean = Parameter(X_data_mean, dtype=default_float())
         self.X_data_var = Parameter(X_data_var, transform=positive(), dtype=default_float())
-        shape = np.shape(X_data_mean)
-        self.X_prior_mean = tf.constant(
-            np.zeros(shape) if X_prior_mean is None else X_prior_mean, default_float()
-        )
-        self.X_prior_var = tf.constant(
-            np.ones(shape) if X_prior_var is None else X_prior_var, default_float()
-        )
+        self.X_prior_mean = tf.constant(X_prior_mean, default_float())
+        self.X_prior_var = tf.constant(X_prior_var, default_float())
         self.inducing_variable = gpflow.models.util.inducingpoint_wrapper(inducing_variable)
         num_inducing = self.inducing_variable.num_inducing
         self.whiten = bool(whiten)

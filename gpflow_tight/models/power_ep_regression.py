@@ -286,11 +286,18 @@ def block_assignment(blocks: Sequence[Any], num_data: int, name: str = "blocks")
     argument ``name``.
     """
     try:
-        blocks = [np.asarray(block, dtype=np.int64).reshape(-1) for block in blocks]
+        blocks = [np.asarray(block).reshape(-1) for block in blocks]
     except (TypeError, ValueError) as error:
         raise TypeError(f"`{name}` must be a sequence of integer index arrays.") from error
     if any(block.size == 0 for block in blocks):
         raise ValueError(f"`{name}` contains an empty block; remove it.")
+    for block in blocks:
+        if not np.issubdtype(block.dtype, np.integer):
+            raise TypeError(
+                f"`{name}` must hold integer row indices, got a block of dtype {block.dtype} "
+                "(cast it with `.astype(int)` if its values are whole numbers)."
+            )
+    blocks = [block.astype(np.int64) for block in blocks]
     everything = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
     counts = np.bincount(
         everything[(everything >= 0) & (everything < num_data)], minlength=num_data

@@ -25,6 +25,8 @@ from gpflow.posteriors import PrecomputeCacheType
 from gpflow.utilities import positive, to_default_float, triangular
 
 from ..orthogonal import (
+    INDUCING_SET_HINTS,
+    INDUCING_SETS,
     LatentBlock,
     OrthogonalFactors,
     check_orthogonal_sets,
@@ -170,7 +172,8 @@ class SOLVEGPR(RelaxedSGPR):
     ``inducing_variable``; an array [0, D] gives SGPR), ``bound`` and ``relaxation``.
     """
 
-    _constructor_only = (*RelaxedSGPR._constructor_only, "bound")
+    _constructor_only = (*RelaxedSGPR._constructor_only, "bound", *INDUCING_SETS)
+    _constructor_only_hints = INDUCING_SET_HINTS
     # the training objectives: the exact collapsed bound of the model's family first
     _bounds: tuple[str, ...] = ("solve", "thesis")
     _posterior_class: type[CollapsedOrthogonalPosterior] = CollapsedOrthogonalPosterior
@@ -357,6 +360,8 @@ class SOLVEGP(RelaxedSVGP):
     (``SeparateIndependentInducingVariables``).
     """
 
+    _constructor_only = (*RelaxedSVGP._constructor_only, *INDUCING_SETS)
+    _constructor_only_hints = INDUCING_SET_HINTS
     # False: q(v⊥) has a mean only, S_v = C_vv (ODVGP); q_sqrt_orthogonal is then None
     _orthogonal_covariance = True
 

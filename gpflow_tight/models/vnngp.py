@@ -134,12 +134,13 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
       test input (eqs. 9, 25), found by the same graph search eagerly, under ``tf.function`` and
       in an exported SavedModel, in chunks of ``prediction_batch_size`` rows.
     - The same jitter :math:`\\epsilon` (``jitter``; by default GPflow's
-      ``gpflow.config.default_jitter()``, read when a loss or prediction is computed, as GPflow's
-      models do) is added to every neighbour block and to :math:`F_j`, so the prior is exactly
-      the Vecchia approximation of :math:`K_{ZZ} + \\epsilon I`. With M = N on dense, smooth
-      data GPflow's 1e-6 makes the conditional variances :math:`F_j` tiny and the KL stiff,
-      which slows Adam badly; :meth:`from_data` uses 1e-3, GPyTorch's ``jitter_val``
-      with which the paper's results were made (``benchmarks/results/vnngp_uci_paper.md``).
+      ``gpflow.config.default_jitter()``, read when a loss or prediction is computed or
+      traced, as GPflow's models do) is added to every neighbour block and to :math:`F_j`, so
+      the prior is exactly the Vecchia approximation of :math:`K_{ZZ} + \\epsilon I`. With
+      M = N on dense, smooth data GPflow's 1e-6 makes the conditional variances :math:`F_j`
+      tiny and the KL stiff, which slows Adam badly; :meth:`from_data` uses 1e-3, GPyTorch's
+      ``jitter_val`` with which the paper's results were made
+      (``benchmarks/results/vnngp_uci_paper.md``).
 
     - ``q="nearest_neighbor"`` (the paper's Appendix B, with the spec's errata) replaces the
       mean-field q by :math:`q(\\mathbf u) = \\mathcal N(\\mathbf m, \\tilde L\\tilde L^\\top)` with

@@ -422,6 +422,14 @@ def test_orthogonal_sets_through_tighten_and_their_refusals(rng):
         )
     with pytest.raises(AttributeError, match="no `orthogonal_inducing_variable`"):
         TightGPLayer(*layer_parts(Z), 10, Zero()).orthogonal_posterior()
+    # the orthogonal set holds the regular one: replacing either would leave the other behind
+    kl = layer.prior_kl().numpy()
+    for name in ("inducing_variable", "orthogonal_inducing_variable"):
+        with pytest.raises(AttributeError, match=f"`{name}` of a TightGPLayer .*fixed"):
+            setattr(layer, name, gpflow.inducing_variables.InducingPoints(Z_orthogonal))
+    assert layer.prior_kl().numpy() == kl
+    without = TightGPLayer(*layer_parts(Z), 10, Zero())
+    without.inducing_variable = gpflow.inducing_variables.InducingPoints(Z + 1.0)  # as GPLayer
 
 
 def test_keras_fit_trains_orthogonal_sets_and_a_checkpoint_restores_them(rng, tmp_path):

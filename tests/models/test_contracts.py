@@ -176,6 +176,48 @@ def test_settings_that_shape_the_graph_are_constructor_only(rng, build, attribut
         assert model.training_loss().numpy() == before.numpy()
 
 
+ORTHOGONAL_MODELS = {  # name -> builder(data, Z_u, Z_v)
+    "SOLVEGPR": lambda d, u, v: gt.SOLVEGPR(d, kernel(), u, v, noise_variance=NOISE),
+    "TightSOLVEGPR": lambda d, u, v: gt.TightSOLVEGPR(d, kernel(), u, v, noise_variance=NOISE),
+    "ODGPR": lambda d, u, v: gt.ODGPR(d, kernel(), u, v, noise_variance=NOISE),
+    "SOLVEGP": lambda d, u, v: gt.SOLVEGP(kernel(), gpflow.likelihoods.Gaussian(NOISE), u, v),
+    "TightSOLVEGP": lambda d, u, v: gt.TightSOLVEGP(
+        kernel(), gpflow.likelihoods.Gaussian(NOISE), u, v
+    ),
+    "ODVGP": lambda d, u, v: gt.ODVGP(kernel(), gpflow.likelihoods.Gaussian(NOISE), u, v),
+}
+
+
+@pytest.mark.parametrize("name", ORTHOGONAL_MODELS)
+def test_inducing_sets_of_the_orthogonal_models_move_in_place_only(rng, name):
+    """The orthogonal set holds the regular one, so replacing either object would leave the
+    other behind: it is refused, with the way to move the points, which takes effect also in a
+    compiled loss (the model built at the new points gives the same loss)."""
+    d = data(rng)
+    model = ORTHOGONAL_MODELS[name](d, Z_U, Z_V)
+    held = isinstance(model, gpflow.models.SGPR)
+    if not held:  # at q = the (whitened) prior the ELBO would not depend on the inducing inputs
+        model.q_mu.assign(np.full(model.q_mu.shape, 0.5))
+        model.q_mu_orthogonal.assign(np.full(model.q_mu_orthogonal.shape, -0.3))
+    loss = tf.function(lambda: model.training_loss() if held else model.training_loss(d))
+    before = loss().numpy()
+    for attribute, points in (
+        ("inducing_variable", ""),
+        ("orthogonal_inducing_variable", ".orthogonal"),
+    ):
+        with pytest.raises(AttributeError, match=f"fixed at construction.*{attribute}{points}.Z"):
+            setattr(model, attribute, gpflow.inducing_variables.InducingPoints(Z_U + 0.3))
+    assert loss().numpy() == before
+
+    model.inducing_variable.Z.assign(Z_U + 0.3)
+    model.orthogonal_inducing_variable.orthogonal.Z.assign(Z_V - 0.2)
+    moved = ORTHOGONAL_MODELS[name](d, Z_U + 0.3, Z_V - 0.2)
+    gpflow.utilities.multiple_assign(moved, gpflow.utilities.parameter_dict(model))
+    expected = moved.training_loss() if held else moved.training_loss(d)
+    assert abs(loss().numpy() - before) > 1e-3
+    np.testing.assert_allclose(loss().numpy(), expected.numpy(), rtol=1e-12)
+
+
 def test_posterior_refuses_exact_predictive_variance(rng):
     model = gt.TightSGPR(
         data(rng), kernel(), Z_U, noise_variance=NOISE, exact_predictive_variance=True

@@ -242,6 +242,46 @@ def test_bad_input_raises_clear_errors(rng):
         TightBayesianGPLVM(np.full_like(Y, np.nan), X_mean, X_var, se_kernel(), inducing_variable=Z)
     with pytest.raises(ValueError, match="`X_data_mean` has 2 columns .the latent dimension Q."):
         MinibatchBayesianGPLVM(len(Y), 5, X_mean, X_var, se_kernel(), Z[:, :1])
+    for prior, error, match in (
+        (dict(X_prior_var=np.zeros_like(X_var)), ValueError, "`X_prior_var` must hold finite"),
+        (dict(X_prior_var=-np.ones_like(X_var)), ValueError, "`X_prior_var` must hold finite"),
+        (dict(X_prior_var=np.full_like(X_var, np.inf)), ValueError, "`X_prior_var`.*inf"),
+        (dict(X_prior_mean=np.full_like(X_mean, np.nan)), ValueError, "`X_prior_mean`.*NaN"),
+        (dict(X_prior_mean=X_mean[:5]), ValueError, "`X_prior_mean` must have the shape"),
+        (dict(X_prior_var=np.ones(2)), ValueError, "`X_prior_var`"),
+    ):
+        with pytest.raises(error, match=match):
+            TightBayesianGPLVM(Y, X_mean, X_var, se_kernel(), inducing_variable=Z, **prior)
+        with pytest.raises(error, match=match):
+            MinibatchBayesianGPLVM(len(Y), Y.shape[1], X_mean, X_var, se_kernel(), Z, **prior)
+
+
+def test_given_priors_enter_the_kl_as_gpflows(rng):
+    """A prior p(X) other than N(0, I) gives GPflow's BayesianGPLVM's bound (relaxation
+    "none"), and the same in the minibatch model at its optimal q(u)."""
+    Y, X_mean, X_var, Z = make_problem(rng)
+    prior = dict(X_prior_mean=0.3 * X_mean, X_prior_var=np.full_like(X_var, 2.0))
+    ours = build(TightBayesianGPLVM, Y, X_mean, X_var, Z, relaxation="none", **prior)
+    theirs = build(gpflow.models.BayesianGPLVM, Y, X_mean, X_var, Z, **prior)
+    np.testing.assert_allclose(ours.elbo().numpy(), theirs.elbo().numpy(), rtol=1e-12)
+    q_mu, q_sqrt = optimal_q_u(se_kernel(), Y, X_mean, X_var, Z, True)
+    minibatch = minibatch_model(Y, X_mean, X_var, Z, tight=False, q_mu=q_mu, q_sqrt=q_sqrt, **prior)
+    np.testing.assert_allclose(
+        minibatch.elbo(minibatch.training_data(Y)).numpy(), theirs.elbo().numpy(), rtol=1e-9
+    )
+
+
+def test_minibatch_settings_read_when_compiling_are_fixed(rng):
+    """`num_data` and `whiten` are read when a loss is traced: changing them later would leave
+    a compiled loss behind, so it is refused (as VNNGP's `num_data`)."""
+    Y, X_mean, X_var, Z = make_problem(rng)
+    model = minibatch_model(Y, X_mean, X_var, Z)
+    loss = tf.function(lambda: model.training_loss(model.training_data(Y)))
+    before = loss().numpy()
+    for name, value in (("num_data", 10 * len(Y)), ("whiten", False)):
+        with pytest.raises(AttributeError, match=f"`{name}` of MinibatchBayesianGPLVM is fixed"):
+            setattr(model, name, value)
+    assert loss().numpy() == before
 
 
 def test_posterior_says_what_to_use_instead(rng):

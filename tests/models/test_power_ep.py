@@ -307,6 +307,9 @@ def test_pitc_preset_and_special_blockings(rng):
     )
     with pytest.raises(ValueError, match="blocks"):
         PITC((X, Y), kernel(), Z, noise_variance=NOISE)
+    as_floats = [np.asarray(block, dtype=float) for block in blocks]
+    with pytest.raises(TypeError, match="`blocks` must hold integer row indices.*float64"):
+        PITC((X, Y), kernel(), Z, noise_variance=NOISE, blocks=as_floats)
 
 
 def test_block_objective_non_decreasing_in_alpha(rng):

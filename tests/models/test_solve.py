@@ -770,6 +770,17 @@ def test_bad_input(rng):
     Y_nan[3] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         collapsed(SOLVEGPR, X, Y_nan, Z_u, Z_v)
+    for value in (np.nan, np.inf):  # checked before GPflow wraps it (a raw TensorFlow error)
+        Z_bad = Z_v.copy()
+        Z_bad[1] = value
+        with pytest.raises(
+            ValueError, match=r"`orthogonal_inducing_variable` contains .*rows \[1\]"
+        ):
+            collapsed(SOLVEGPR, X, Y, Z_u, Z_bad)
+        with pytest.raises(ValueError, match=r"`orthogonal_inducing_variable` contains"):
+            SOLVEGP(kernel(), gpflow.likelihoods.Gaussian(), Z_u, Z_bad)
+        with pytest.raises(ValueError, match=r"`inducing_variable` contains"):
+            SOLVEGP(kernel(), gpflow.likelihoods.Gaussian(), Z_bad, Z_u)
 
 
 def test_two_point_sets_share_one_kernel_evaluation(rng):

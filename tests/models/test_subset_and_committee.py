@@ -297,6 +297,8 @@ def test_bcm_float32(rng):
         (dict(partition=[np.arange(0, 20), np.arange(15, 40)]), ValueError, "`partition`.*several"),
         (dict(partition=[np.arange(0, 20), np.arange(21, 40)]), ValueError, "`partition`.*none"),
         (dict(partition=[np.arange(0, 41)]), ValueError, "`partition` holds indices"),
+        (dict(partition=[np.arange(20) + 0.5, np.arange(20, 40)]), TypeError, "integer row"),
+        (dict(partition=[np.arange(40) < 20, np.arange(40) >= 20]), TypeError, "integer row"),
         (dict(partition=41), ValueError, "`partition`.*between 1 and N"),
         (dict(partition=0), ValueError, "`partition`.*between 1 and N"),
         (dict(partition=True), TypeError, "`partition`"),
