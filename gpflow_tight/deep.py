@@ -22,10 +22,11 @@ from gpflux.models import DeepGP
 from .models.solve import decoupled_prior_kl, orthogonal_variational_parameters
 from .models.tight_svgp import relaxed_marginals
 from .orthogonal import (
-    INDUCING_SET_HINTS,
+    INDUCING_SET_ADVICE,
     INDUCING_SETS,
     LatentBlock,
     check_orthogonal_sets,
+    checked_sets,
     latent_blocks,
     orthogonal_sets,
 )
@@ -142,9 +143,8 @@ class TightGPLayer(GPLayer):
             and getattr(self, "orthogonal_inducing_variable", None) is not None
         ):
             raise AttributeError(
-                f"`{name}` of a TightGPLayer with an orthogonal set is fixed at construction (the "
-                f"orthogonal set holds the regular one): {INDUCING_SET_HINTS[name]}build a new "
-                "layer."
+                f"`{name}` of a TightGPLayer with an orthogonal set is fixed at construction "
+                f"{INDUCING_SET_ADVICE[name]}"
             )
         super().__setattr__(name, value)
 
@@ -215,9 +215,13 @@ class TightGPLayer(GPLayer):
 
         return unflatten(mean), unflatten(variance), unflatten(m)
 
+    def _sets(self) -> Any:
+        """The orthogonal set (which holds the regular one), checked to be the model's own."""
+        return checked_sets(self.inducing_variable, self.orthogonal_inducing_variable)
+
     def latent_blocks(self) -> list[LatentBlock]:
         """The kernel and orthogonal inducing set of each group of latent GPs."""
-        return latent_blocks(self.kernel, self.orthogonal_inducing_variable)
+        return latent_blocks(self.kernel, self._sets())
 
     def orthogonal_posterior(self) -> OrthogonalPosterior:
         """The layer's SOLVE-GP posterior (without the mean function), from the live parameters."""
@@ -225,7 +229,7 @@ class TightGPLayer(GPLayer):
             raise AttributeError("This layer has no `orthogonal_inducing_variable`.")
         return OrthogonalPosterior(
             self.kernel,
-            self.orthogonal_inducing_variable,
+            self._sets(),
             self.q_mu,
             self.q_sqrt,
             self.q_mu_orthogonal,

@@ -402,30 +402,63 @@ def latent_blocks(kernel: Kernel, orthogonal_inducing_variable: Any) -> list[Lat
 
 
 # The orthogonal set holds the regular one (to compute K_uv), so a model that replaced either
-# object would leave the other reading the old one: the models refuse it, with this advice.
+# object would keep computing with the old points: the models refuse it, with this advice.
 INDUCING_SETS = ("inducing_variable", "orthogonal_inducing_variable")
-INDUCING_SET_HINTS = {
-    name: "to move its inducing inputs, assign new values of the same shape to the points it "
-    f"holds (e.g. `model.{name}{points}.Z.assign(Z_new)`); to change their number, "
+INDUCING_SET_ADVICE = {
+    name: "(its orthogonal set holds the regular one, so the old points would stay in use): to "
+    "move the points, assign new values of the same shape to the `Z` of the inducing points it "
+    f"holds, in place (`{name}{points}.Z.assign(Z_new)`; in a shared multi-output set "
+    f"`{name}{points}.inducing_variable.Z`, in a separate one "
+    f"`{name}{points}.inducing_variable_list[i].Z`); for another number of points, build a new "
+    "model."
     for name, points in zip(INDUCING_SETS, ("", ".orthogonal"))
 }
 
 
-def _as_list(inducing_variable: Any, name: str) -> list[Any]:
-    """The inducing sets of each group of latent GPs, each checked (finite) as ``name``."""
+def _regular_sets(inducing_variable: Any) -> list[Any]:
+    """The inducing sets of each group of latent GPs in ``inducing_variable``, unwrapped."""
     # GPflow's Fallback* classes are the bases of its Separate/SharedIndependent ones
     if isinstance(inducing_variable, FallbackSeparateIndependentInducingVariables):
-        sets = list(inducing_variable.inducing_variable_list)
-    elif isinstance(inducing_variable, FallbackSharedIndependentInducingVariables):
-        sets = [inducing_variable.inducing_variable]
-    elif isinstance(inducing_variable, MultioutputInducingVariables):
+        return list(inducing_variable.inducing_variable_list)
+    if isinstance(inducing_variable, FallbackSharedIndependentInducingVariables):
+        return [inducing_variable.inducing_variable]
+    return [inducing_variable]
+
+
+def checked_sets(inducing_variable: Any, orthogonal_inducing_variable: Any) -> Any:
+    """
+    ``orthogonal_inducing_variable``, after checking that the regular sets it holds are still
+    the objects in ``inducing_variable`` (a ``ValueError`` if a set was replaced inside it, e.g.
+    ``model.inducing_variable.inducing_variable = ...``, which the old points would outlive).
+    """
+    if isinstance(orthogonal_inducing_variable, SeparateIndependentInducingVariables):
+        held = [v.regular for v in orthogonal_inducing_variable.inducing_variable_list]
+    else:
+        held = [orthogonal_inducing_variable.regular]
+    current = {id(regular) for regular in _regular_sets(inducing_variable)}
+    if {id(regular) for regular in held} != current:
+        raise ValueError(
+            "A regular inducing set was replaced after construction, inside `inducing_variable` "
+            "or `orthogonal_inducing_variable`, but the orthogonal set holds the regular one, so "
+            "the old points would stay in use. Move points in place instead (assign new values "
+            "of the same shape to the `Z` of the inducing points), or build a new model for "
+            "another number of points."
+        )
+    return orthogonal_inducing_variable
+
+
+def _as_list(inducing_variable: Any, name: str) -> list[Any]:
+    """The inducing sets of each group of latent GPs, each checked (finite) as ``name``."""
+    if isinstance(inducing_variable, MultioutputInducingVariables) and not isinstance(
+        inducing_variable,
+        FallbackSeparateIndependentInducingVariables | FallbackSharedIndependentInducingVariables,
+    ):
         raise TypeError(
             f"SOLVE-GP takes independent latent GPs; {type(inducing_variable).__name__} is not "
             "supported: use SharedIndependentInducingVariables or "
             "SeparateIndependentInducingVariables."
         )
-    else:
-        sets = [inducing_variable]
+    sets = _regular_sets(inducing_variable)
     for inducing in sets:  # before GPflow wraps an array (and fails on NaN, unclearly)
         check_inducing_variable(inducing, name)
     return [inducingpoint_wrapper(inducing) for inducing in sets]

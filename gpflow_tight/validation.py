@@ -886,17 +886,19 @@ class ConstructorOnly:
     """
 
     _constructor_only: tuple[str, ...] = ()
-    # what to do instead, for settings with a way to change them in place
-    _constructor_only_hints: dict[str, str] = {}
+    # why and what to do instead, for settings where the general advice does not fit
+    _constructor_only_advice: dict[str, str] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._constructor_only and name in self.__dict__:
-            hint = self._constructor_only_hints.get(name, "")
-            raise AttributeError(
-                f"`{name}` of {type(self).__name__} is fixed at construction (compiled functions "
-                f"would keep the old value): {hint}build a new model (or relaxation, or posterior) "
-                f"with `{name}=...` instead and copy the parameters into it with "
+            advice = self._constructor_only_advice.get(name) or (
+                "(compiled functions would keep the old value): build a new model (or "
+                f"relaxation, or posterior) with `{name}=...` instead and copy the parameters "
+                "into it with "
                 "`gpflow.utilities.multiple_assign(new, gpflow.utilities.parameter_dict(old))`."
+            )
+            raise AttributeError(
+                f"`{name}` of {type(self).__name__} is fixed at construction {advice}"
             )
         super().__setattr__(name, value)
 

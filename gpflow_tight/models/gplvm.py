@@ -90,17 +90,16 @@ def _checked_prior(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The prior :math:`p(X)` of a GPLVM, [N, Q] like :math:`q(X)`: finite means (default 0) and
     finite, strictly positive variances (default 1), in GPflow's default float."""
-    mean = (
-        np.zeros(shape)
-        if X_prior_mean is None
-        else checked_matrix(X_prior_mean, "X_prior_mean", "Q")
-    )
-    var = np.ones(shape) if X_prior_var is None else checked_matrix(X_prior_var, "X_prior_var", "Q")
-    for name, array in (("X_prior_mean", mean), ("X_prior_var", var)):
-        if array.shape != shape:
+    given = {"X_prior_mean": X_prior_mean, "X_prior_var": X_prior_var}
+    for name, value in given.items():
+        if value is not None and np.shape(value) != shape:
             raise ValueError(
-                f"`{name}` must have the shape of `X_data_mean`, {shape}, got {array.shape}."
+                f"`{name}` must have the shape of `X_data_mean`, {shape} (as in GPflow's "
+                f"BayesianGPLVM), got {np.shape(value)}; for one value v at every point pass "
+                f"`np.full({shape}, v)`."
             )
+    mean = np.zeros(shape) if X_prior_mean is None else checked_matrix(X_prior_mean, "X_prior_mean")
+    var = np.ones(shape) if X_prior_var is None else checked_matrix(X_prior_var, "X_prior_var")
     if np.any(var <= 0):
         raise ValueError("`X_prior_var` must hold finite, strictly positive variances.")
     dtype = default_float()
@@ -494,6 +493,13 @@ class MinibatchBayesianGPLVM(
     """
 
     _constructor_only = ("relaxation", "num_data", "whiten")
+    _constructor_only_advice = {
+        "num_data": "(it is the number of rows of q(X), read when a loss is compiled): build a "
+        "new model with `num_data=...` and `X_data_mean`/`X_data_var` of that many rows.",
+        "whiten": "(read when a loss is compiled): build a new model with `whiten=...` and copy "
+        "the kernel, likelihood and q(X) parameters into it, not `q_mu`/`q_sqrt` (the other "
+        "parameterisation of q(u): their values would mean another q(u)).",
+    }
     _relaxations = ("none", "optimal")
 
     def __init__(

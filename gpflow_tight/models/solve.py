@@ -25,11 +25,12 @@ from gpflow.posteriors import PrecomputeCacheType
 from gpflow.utilities import positive, to_default_float, triangular
 
 from ..orthogonal import (
-    INDUCING_SET_HINTS,
+    INDUCING_SET_ADVICE,
     INDUCING_SETS,
     LatentBlock,
     OrthogonalFactors,
     check_orthogonal_sets,
+    checked_sets,
     latent_blocks,
     orthogonal_factors,
     orthogonal_sets,
@@ -173,7 +174,7 @@ class SOLVEGPR(RelaxedSGPR):
     """
 
     _constructor_only = (*RelaxedSGPR._constructor_only, "bound", *INDUCING_SETS)
-    _constructor_only_hints = INDUCING_SET_HINTS
+    _constructor_only_advice = INDUCING_SET_ADVICE
     # the training objectives: the exact collapsed bound of the model's family first
     _bounds: tuple[str, ...] = ("solve", "thesis")
     _posterior_class: type[CollapsedOrthogonalPosterior] = CollapsedOrthogonalPosterior
@@ -203,6 +204,10 @@ class SOLVEGPR(RelaxedSGPR):
         self.bound = bound
         check_orthogonal_sets([LatentBlock(kernel, self.orthogonal_inducing_variable, slice(None))])
 
+    def _sets(self) -> Any:
+        """The orthogonal set (which holds the regular one), checked to be the model's own."""
+        return checked_sets(self.inducing_variable, self.orthogonal_inducing_variable)
+
     def projection(
         self, X: InputData | None = None, factors: OrthogonalFactors | None = None
     ) -> Projection:
@@ -212,10 +217,10 @@ class SOLVEGPR(RelaxedSGPR):
         (Fernlund 2022, Algorithm 3), so that :math:`\\|\\mathbf a_n\\|^2` is the Nyström variance
         of the union and :math:`d_n` the residual given both sets.
         """
-        X = self.data[0] if X is None else X
+        X, sets = self.data[0] if X is None else X, self._sets()
         if factors is None:
-            factors = orthogonal_factors(self.orthogonal_inducing_variable, self.kernel)
-        return union_projection(self.orthogonal_inducing_variable, self.kernel, X, factors)
+            factors = orthogonal_factors(sets, self.kernel)
+        return union_projection(sets, self.kernel, X, factors)
 
     @check_shapes("return: []")
     def decoupling_gap(self, common: Any) -> tf.Tensor:
@@ -256,7 +261,7 @@ class SOLVEGPR(RelaxedSGPR):
         R^\\top`.
         """
         return optimal_whitened_q(
-            self.orthogonal_inducing_variable,
+            self._sets(),
             self.kernel,
             self.data,
             self.likelihood,
@@ -267,7 +272,7 @@ class SOLVEGPR(RelaxedSGPR):
     def _optimal_q(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
         """:math:`(\\mathbf m_u, S_u, \\mathbf m_v, S_v)` of eq. 5.26, unwhitened."""
         with explain_cholesky_failure():
-            factors = orthogonal_factors(self.orthogonal_inducing_variable, self.kernel)
+            factors = orthogonal_factors(self._sets(), self.kernel)
             m_u, R_u, m_v, R_v = self.whitened_optimal_q(factors)
         LR_u = tf.linalg.matmul(factors.L_u, R_u[0])
         LR_v = factors.L_v if R_v is None else tf.linalg.matmul(factors.L_v, R_v[0])
@@ -313,7 +318,7 @@ class SOLVEGPR(RelaxedSGPR):
         return self._posterior_class(
             self.kernel,
             self.data,
-            self.orthogonal_inducing_variable,
+            self._sets(),
             self.likelihood,
             mean_function=self.mean_function,
             precompute_cache=precompute_cache,
@@ -361,7 +366,7 @@ class SOLVEGP(RelaxedSVGP):
     """
 
     _constructor_only = (*RelaxedSVGP._constructor_only, *INDUCING_SETS)
-    _constructor_only_hints = INDUCING_SET_HINTS
+    _constructor_only_advice = INDUCING_SET_ADVICE
     # False: q(v⊥) has a mean only, S_v = C_vv (ODVGP); q_sqrt_orthogonal is then None
     _orthogonal_covariance = True
 
@@ -401,9 +406,13 @@ class SOLVEGP(RelaxedSVGP):
         """Independent latent GPs always; mixed when the kernel is a linear coregionalisation."""
         return True, isinstance(self.kernel, LinearCoregionalization)
 
+    def _sets(self) -> Any:
+        """The orthogonal set (which holds the regular one), checked to be the model's own."""
+        return checked_sets(self.inducing_variable, self.orthogonal_inducing_variable)
+
     def latent_blocks(self) -> list[LatentBlock]:
         """The kernel and orthogonal inducing set of each group of latent GPs."""
-        return latent_blocks(self.kernel, self.orthogonal_inducing_variable)
+        return latent_blocks(self.kernel, self._sets())
 
     def whitened_q(
         self, block: LatentBlock, factors: OrthogonalFactors | None
@@ -443,7 +452,7 @@ class SOLVEGP(RelaxedSVGP):
         """The SOLVE-GP posterior :math:`f = g + h + l` (:class:`OrthogonalPosterior`)."""
         return OrthogonalPosterior(
             self.kernel,
-            self.orthogonal_inducing_variable,
+            self._sets(),
             self.q_mu,
             self.q_sqrt,
             self.q_mu_orthogonal,

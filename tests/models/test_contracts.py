@@ -218,6 +218,34 @@ def test_inducing_sets_of_the_orthogonal_models_move_in_place_only(rng, name):
     np.testing.assert_allclose(loss().numpy(), expected.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("separate", [False, True])
+def test_a_regular_set_replaced_inside_a_multi_output_set_is_refused_when_used(rng, separate):
+    """Replacing the points object inside a shared or separate set (below the attribute the
+    model guards) would leave the orthogonal set computing with the old one: the next use says
+    so; moving the points in place works."""
+    mo = gpflow.inducing_variables
+    if separate:
+        kernel_ = gpflow.kernels.SeparateIndependent([kernel(), kernel()])
+        regular = mo.SeparateIndependentInducingVariables([mo.InducingPoints(Z_U) for _ in "ab"])
+    else:
+        kernel_ = gpflow.kernels.SharedIndependent(kernel(), output_dim=2)
+        regular = mo.SharedIndependentInducingVariables(mo.InducingPoints(Z_U))
+    model = gt.SOLVEGP(kernel_, gpflow.likelihoods.Gaussian(NOISE), regular, Z_V, num_latent_gps=2)
+    d = data(rng, num_outputs=2)
+    model.q_mu.assign(np.full(model.q_mu.shape, 0.5))  # at the prior Z would not matter
+    before = model.elbo(d).numpy()
+    inner = regular.inducing_variable_list[0] if separate else regular.inducing_variable
+    inner.Z.assign(Z_U + 0.3)  # in place: used
+    assert model.elbo(d).numpy() != before
+    if separate:
+        regular.inducing_variable_list[0] = mo.InducingPoints(Z_U)
+    else:
+        regular.inducing_variable = mo.InducingPoints(Z_U)
+    for use in (lambda: model.elbo(d), lambda: model.predict_f(d[0]), model.prior_kl):
+        with pytest.raises(ValueError, match="regular inducing set was replaced after"):
+            use()
+
+
 def test_posterior_refuses_exact_predictive_variance(rng):
     model = gt.TightSGPR(
         data(rng), kernel(), Z_U, noise_variance=NOISE, exact_predictive_variance=True

@@ -248,7 +248,8 @@ def test_bad_input_raises_clear_errors(rng):
         (dict(X_prior_var=np.full_like(X_var, np.inf)), ValueError, "`X_prior_var`.*inf"),
         (dict(X_prior_mean=np.full_like(X_mean, np.nan)), ValueError, "`X_prior_mean`.*NaN"),
         (dict(X_prior_mean=X_mean[:5]), ValueError, "`X_prior_mean` must have the shape"),
-        (dict(X_prior_var=np.ones(2)), ValueError, "`X_prior_var`"),
+        (dict(X_prior_var=np.ones(2)), ValueError, r"`X_prior_var` must have the shape.*np.full"),
+        (dict(X_prior_var=2.0), ValueError, r"`X_prior_var` must have the shape.*np.full"),
     ):
         with pytest.raises(error, match=match):
             TightBayesianGPLVM(Y, X_mean, X_var, se_kernel(), inducing_variable=Z, **prior)
