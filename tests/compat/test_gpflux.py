@@ -430,6 +430,7 @@ def test_orthogonal_sets_through_tighten_and_their_refusals(rng):
     assert layer.prior_kl().numpy() == kl
     without = TightGPLayer(*layer_parts(Z), 10, Zero())
     without.inducing_variable = gpflow.inducing_variables.InducingPoints(Z + 1.0)  # as GPLayer
+    np.testing.assert_array_equal(without.inducing_variable.Z.numpy(), Z + 1.0)
 
 
 def test_keras_fit_trains_orthogonal_sets_and_a_checkpoint_restores_them(rng, tmp_path):
