@@ -513,12 +513,22 @@ def gaussian_likelihood(likelihood: Any, noise_variance: Any, why: str) -> Any:
         return Gaussian(1.0 if noise_variance is None else noise_variance)
     if noise_variance is not None:
         raise ValueError("Pass either `likelihood` or `noise_variance`, not both.")
-    if not isinstance(likelihood, Gaussian):
+    check_gaussian_likelihood(likelihood, why)
+    return likelihood
+
+
+def check_gaussian_likelihood(likelihood: Any, why: str) -> None:
+    """
+    Refuse a ``likelihood`` that is not a ``gpflow.likelihoods.Gaussian`` (``None``, GPflow's
+    default Gaussian, passes); ``why`` says why the model needs one.
+    """
+    from gpflow.likelihoods import Gaussian
+
+    if likelihood is not None and not isinstance(likelihood, Gaussian):
         raise TypeError(
             f"`likelihood` must be a gpflow.likelihoods.Gaussian ({why}), got "
             f"{type(likelihood).__name__}."
         )
-    return likelihood
 
 
 def check_noise_variance(value: Any, name: str = "noise_variance") -> None:

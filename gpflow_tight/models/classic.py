@@ -21,6 +21,7 @@ from gpflow.mean_functions import MeanFunction
 from gpflow.models.util import InducingVariablesLike
 
 from ..posteriors import NystromPosterior, SoRPosterior
+from ..validation import check_gaussian_likelihood
 from .power_ep import DTC
 
 __all__ = ["SoR", "Nystrom"]
@@ -43,12 +44,9 @@ class _DTCObjective(DTC):
         noise_variance: float | None = None,
         likelihood: Gaussian | None = None,
     ) -> None:
-        if likelihood is not None and not isinstance(likelihood, Gaussian):
-            raise TypeError(
-                f"`likelihood` of {type(self).__name__} must be a gpflow.likelihoods.Gaussian "
-                f"(its objective and predictive are closed form), got "
-                f"{type(likelihood).__name__}."
-            )
+        check_gaussian_likelihood(
+            likelihood, f"{type(self).__name__}'s objective and predictive are closed form"
+        )
         super().__init__(
             data,
             kernel,

@@ -27,6 +27,7 @@ from ..projection import (
 )
 from ..relaxation import Relaxation, as_relaxation
 from ..validation import (
+    check_gaussian_likelihood,
     check_inducing_variable,
     check_input_dim,
     check_kernel,
@@ -99,9 +100,11 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
 
     Bad input is refused with a ``ValueError``/``TypeError`` that names the argument
     (:mod:`gpflow_tight.validation`): ``data`` at construction (2-D, one row per point, finite,
-    as many columns as the inducing inputs), ``noise_variance``, ``inducing_variable`` (finite),
-    and ``Xnew`` of every prediction. Data of another real dtype than GPflow's default float
-    (float32, integers) are cast to it, with a one-time ``DtypeCastWarning``.
+    as many columns as the inducing inputs), ``noise_variance``, ``likelihood`` (a
+    ``gpflow.likelihoods.Gaussian``, where GPflow's SGPR fails only at the first bound),
+    ``inducing_variable`` (finite), and ``Xnew`` of every prediction. Data of another real
+    dtype than GPflow's default float (float32, integers) are cast to it, with a one-time
+    ``DtypeCastWarning``.
     """
 
     _constructor_only: tuple[str, ...] = ("relaxation", "exact_predictive_variance")
@@ -121,6 +124,12 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
     ) -> None:
         X, Y = check_regression_data(data)
         check_noise_variance(kwargs.get("noise_variance"))
+        check_gaussian_likelihood(
+            kwargs.get("likelihood"),
+            f"{type(self).__name__}'s bound is collapsed for Gaussian noise; for other "
+            "likelihoods use its uncollapsed counterpart: RelaxedSVGP, TightSVGP, SOLVEGP, "
+            "TightSOLVEGP or ODVGP",
+        )
         check_inducing_variable(inducing_variable)
         super().__init__(held_data(data, (X, Y)), kernel, inducing_variable, **kwargs)
         check_input_dim(X.shape, inducing_input_dim(self.inducing_variable), "data X")

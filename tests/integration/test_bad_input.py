@@ -551,6 +551,22 @@ def test_free_relaxation_needs_the_whole_data_in_every_step():
     np.testing.assert_allclose(loss((X, Y)), model.training_loss((X, Y)), rtol=1e-12)
 
 
+# models that hold their data and take a likelihood, but only a Gaussian one: not PowerEPSGP
+# and FITC, whose Power-EP sites take any scalar likelihood, nor the GPLVM, which takes none
+GAUSSIAN_ONLY = [
+    n for n in HELD if n not in ("PowerEPSGP", "PowerEPSGP-sites", "FITC", "TightBayesianGPLVM")
+]
+
+
+@pytest.mark.parametrize("name", GAUSSIAN_ONLY)
+def test_models_for_gaussian_noise_refuse_other_likelihoods(name):
+    """A Bernoulli likelihood: refused at construction, saying why, not at the first bound."""
+    spec = SPECS[name]
+    bernoulli = gpflow.likelihoods.Bernoulli()
+    call = functools.partial(spec.build, X, LABELS, Z_U, noise_variance=None, likelihood=bernoulli)
+    assert_refused(call, spec, refused("Gaussian", "likelihood"))
+
+
 # ------------------------------------------------------------------------------------------------
 # Classification: integer 0/1 labels, as GPflow's Bernoulli likelihood takes them
 

@@ -238,6 +238,29 @@ def test_bad_data_raises_clear_error(data, match):
         TightSGPR(data, kernel(), np.zeros((2, 1)))
 
 
+@pytest.mark.parametrize(
+    "model_class", ["RelaxedSGPR", "TightSGPR", "SOLVEGPR", "TightSOLVEGPR", "ODGPR"]
+)
+def test_collapsed_models_refuse_non_gaussian_likelihoods(model_class):
+    """
+    GPflow's SGPR takes any likelihood and fails at the first bound (``variance_at``); the
+    collapsed models refuse a non-Gaussian one at construction and name the uncollapsed peer.
+    """
+    cls = getattr(gpflow_tight, model_class)
+    X, Y = np.linspace(0.0, 1.0, 6)[:, None], np.zeros((6, 1))
+    points = (
+        (np.zeros((2, 1)), np.ones((1, 1)))
+        if "SOLVE" in model_class or "OD" in model_class
+        else (np.zeros((2, 1)),)
+    )
+    with pytest.raises(
+        TypeError, match="`likelihood` must be a gpflow.likelihoods.Gaussian.*TightSVGP"
+    ):
+        cls((X, Y), kernel(), *points, likelihood=gpflow.likelihoods.Bernoulli())
+    gaussian = gpflow.likelihoods.Gaussian(0.3)
+    assert cls((X, Y), kernel(), *points, likelihood=gaussian).likelihood is gaussian
+
+
 def test_cholesky_failure_says_what_to_do(rng):
     X, Y, _ = make_problem(rng)
     Z = np.repeat(X[:1], 3, axis=0)  # coincident inducing points: K_uu is singular
