@@ -22,7 +22,7 @@ from gpflow.config import default_float
 from gpflow.kernels import Kernel
 from gpflow.likelihoods import Gaussian, Likelihood, ScalarLikelihood
 from gpflow.mean_functions import MeanFunction
-from gpflow.models import SGPR, GPModel, InternalDataTrainingLossMixin
+from gpflow.models import GPRFITC, SGPR, GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import InducingVariablesLike, data_input_to_tensor, inducingpoint_wrapper
 from gpflow.posteriors import PrecomputeCacheType
 
@@ -474,6 +474,24 @@ class PowerEPSGP(
                 f"{what} needs a Gaussian likelihood (`inference='closed_form'`); this model "
                 f"has a {type(self.likelihood).__name__} likelihood."
             )
+
+    # GPRFITC's objective and its parts, as gpflow.models.GPRFITC computes them, for code
+    # written for GPRFITC: the alpha = 1 member with one factor per point, at this model's
+    # kernel, inducing-variable and likelihood parameters, whatever its own alpha or blocks.
+    @check_shapes("return: []")
+    def fitc_log_marginal_likelihood(self) -> tf.Tensor:
+        """
+        FITC's objective (:cite:t:`snelson2006sparse`; Bui et al. 2017, Remark 2) at this
+        model's parameters, ``gpflow.models.GPRFITC.fitc_log_marginal_likelihood``: equal to
+        :meth:`log_marginal_likelihood` at ``alpha=1`` without blocks. Gaussian likelihoods only.
+        """
+        with explain_cholesky_failure():
+            return GPRFITC.fitc_log_marginal_likelihood(self)  # type: ignore[arg-type]
+
+    def common_terms(self) -> tuple[tf.Tensor, ...]:
+        """The terms ``gpflow.models.GPRFITC.common_terms`` returns. Gaussian likelihoods only."""
+        self._require_gaussian_likelihood("GPRFITC's objective terms")
+        return GPRFITC.common_terms(self)  # type: ignore[arg-type]
 
     @check_shapes(
         "return[0]: [M, M]",

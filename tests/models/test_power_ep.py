@@ -131,6 +131,28 @@ def test_alpha_one_equals_gpflow_gprfitc(rng):
                 np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-9, atol=1e-12)
 
 
+def test_gprfitc_methods_give_fitc_at_any_alpha(rng):
+    """
+    ``fitc_log_marginal_likelihood`` and ``common_terms``, GPRFITC's names, give GPRFITC's
+    values at the model's parameters whatever its alpha; refused for a non-Gaussian likelihood.
+    """
+    X, Y, Z = make_problem(rng, num_outputs=2)
+    fitc = gpflow.models.GPRFITC((X, Y), kernel(), Z, noise_variance=NOISE)
+    expected = fitc.fitc_log_marginal_likelihood().numpy()
+    for model in (
+        PowerEPSGP((X, Y), kernel(), Z, alpha=0.5, noise_variance=NOISE),
+        FITC((X, Y), kernel(), Z, noise_variance=NOISE),
+    ):
+        np.testing.assert_allclose(model.fitc_log_marginal_likelihood(), expected, rtol=1e-12)
+        for ours, theirs in zip(model.common_terms(), fitc.common_terms()):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12)
+    assert model.log_marginal_likelihood().numpy() == pytest.approx(expected, rel=1e-12)
+    labels = (Y[:, :1] > 0).astype(float)
+    classifier = FITC((X, labels), kernel(), Z, likelihood=gpflow.likelihoods.Bernoulli())
+    with pytest.raises(ValueError, match="GPRFITC's objective terms needs a Gaussian"):
+        classifier.fitc_log_marginal_likelihood()
+
+
 def test_alpha_zero_is_exactly_sgpr(rng):
     X, Y, Z = make_problem(rng, num_outputs=2)
     Xnew = rng.uniform(-4, 4, (5, 2))
