@@ -100,6 +100,8 @@ def snelson_or_generated(
     Snelson's data when the data directory has it, otherwise :func:`make_snelson_like`, split at
     random into training and test points (Snelson's test inputs come without outputs).
     """
+    if not 0 <= test_fraction < 1:
+        raise ValueError(f"`test_fraction` must be in [0, 1), got {test_fraction!r}.")
     try:
         X, Y = load_snelson(data_dir)
         name = "Snelson 1-D (200 points)"

@@ -13,6 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 import tensorflow_probability as tfp
+from gpflow import set_trainable
 from gpflow.config import default_float
 from gpflow.kernels import Kernel, LinearCoregionalization
 from gpflow.posteriors import IndependentPosterior, get_posterior_class
@@ -160,8 +161,9 @@ class TightGPLayer(GPLayer):
         """
         The tight version of a GPflux ``GPLayer``: the same kernel, inducing variable and mean
         function objects (shared, not copied), the same settings, and a copy of its
-        :math:`q(\\mathbf u)`; optionally with an orthogonal inducing set, whose
-        :math:`q(\\mathbf v_\\perp)` starts at the prior.
+        :math:`q(\\mathbf u)` (values and ``trainable`` flags; the layer's own ``trainable``
+        too); optionally with an orthogonal inducing set, whose :math:`q(\\mathbf v_\\perp)`
+        starts at the prior.
         """
         tight = cls(
             layer.kernel,
@@ -179,8 +181,11 @@ class TightGPLayer(GPLayer):
             name=layer.name,
             verbose=False,
         )
-        tight.q_mu.assign(layer.q_mu)
-        tight.q_sqrt.assign(layer.q_sqrt)
+        for name in ("q_mu", "q_sqrt"):
+            source, copy = getattr(layer, name), getattr(tight, name)
+            copy.assign(source)
+            set_trainable(copy, source.trainable)
+        tight.trainable = layer.trainable
         return tight
 
     @property
@@ -324,7 +329,8 @@ def tighten(
     """
     A GPflux ``DeepGP`` whose ``GPLayer``\\ s are replaced by :class:`TightGPLayer`\\ s
     (:meth:`TightGPLayer.from_gp_layer`): kernels, inducing variables, mean functions and the
-    likelihood layer are shared with ``model``, :math:`q(\\mathbf u)` is copied. So any GPflux
+    likelihood layer are shared with ``model``, :math:`q(\\mathbf u)` is copied (with its
+    ``trainable`` flags), and so are the input and target dimensions. So any GPflux
     builder, e.g. ``gpflux.architectures.build_constant_input_dim_deep_gp``, gives a tight deep GP.
 
     :param hidden_beta: initial :math:`\\beta` of the hidden layers.
@@ -361,6 +367,8 @@ def tighten(
     return DeepGP(
         layers,
         model.likelihood_layer,
+        input_dim=model.inputs.shape[-1],
+        target_dim=model.targets.shape[-1],
         num_data=model.num_data,
         default_model_class=model.default_model_class,
     )

@@ -24,6 +24,7 @@ the completed epochs.
 """
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -159,7 +160,7 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         return checked_train_function
 
     @contextlib.contextmanager
-    def _stopping_at_faults(self) -> Iterator[None]:
+    def _stopping_at_faults(self, method: str) -> Iterator[None]:
         """
         Turn a failed step into a :class:`~gpflow_tight.training.TrainingError` raised from its
         cause, with the model put back to the parameters of the last finite loss. (Outside
@@ -172,7 +173,7 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
             step = int(self._train_counter.numpy()) + 1  # the steps that passed, + 1
             self._last_good.restore()
             raise _fault(
-                "KerasGPModel.fit",
+                f"KerasGPModel.{method}",
                 step,
                 fault.error,
                 self.history,
@@ -183,15 +184,42 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         """
         Keras's ``fit``. A failed training step raises a
         :class:`~gpflow_tight.training.TrainingError` (see the class); a failed Cholesky
-        factorisation elsewhere (validation data) a helpful ``CholeskyError``.
+        factorisation elsewhere (validation data) a helpful ``CholeskyError``. The loss is the
+        GPflow model's, which has no per-point weights: ``sample_weight`` and ``class_weight``
+        are refused.
         """
-        with self._stopping_at_faults(), explain_cholesky_failure():
+        _refuse_weights("fit", args, kwargs)
+        with self._stopping_at_faults("fit"), explain_cholesky_failure():
             return super().fit(*args, **kwargs)
 
     def train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
         """Keras's ``train_on_batch``, which stops at a fault as ``fit`` does."""
-        with self._stopping_at_faults():
+        _refuse_weights("train_on_batch", args, kwargs)
+        with self._stopping_at_faults("train_on_batch"):
             return super().train_on_batch(*args, **kwargs)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """Keras's ``evaluate`` (the mean loss over the batches); ``sample_weight`` is refused."""
+        _refuse_weights("evaluate", args, kwargs)
+        return super().evaluate(*args, **kwargs)
+
+    def test_on_batch(self, *args: Any, **kwargs: Any) -> Any:
+        """Keras's ``test_on_batch``; ``sample_weight`` is refused."""
+        _refuse_weights("test_on_batch", args, kwargs)
+        return super().test_on_batch(*args, **kwargs)
+
+
+def _refuse_weights(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Keras's per-point weights, which a GPflow training loss cannot take, given by name or
+    position to ``method`` of ``tf_keras.Model``."""
+    signature = inspect.signature(getattr(tf_keras.Model, method))
+    given = signature.bind_partial(None, *args, **kwargs).arguments
+    weights = [name for name in ("sample_weight", "class_weight") if given.get(name) is not None]
+    if weights:
+        raise ValueError(
+            f"KerasGPModel.{method} cannot use `{weights[0]}`: the loss is the GPflow model's "
+            "(an ELBO over the batch), which has no per-point or per-class weights: drop it."
+        )
 
 
 def _scale_gradient(gradient: Any, weight: tf.Tensor) -> Any:

@@ -21,7 +21,8 @@ __all__ = ["ExactProbit"]
 
 class ExactProbit(Bernoulli):
     """
-    Binary labels :math:`y \\in \\{0, 1\\}` with :math:`p(y \\mid f) = \\Phi((2y - 1) f)`.
+    Binary labels :math:`y \\in \\{0, 1\\}` with :math:`p(y \\mid f) = \\Phi((2y - 1) f)`;
+    as in GPflow's ``Bernoulli``, a label other than 1 (e.g. -1) counts as 0.
 
     ``Bernoulli(invlink=exact_probit)`` has the same model, but evaluates
     :math:`\\log(1 - \\Phi(f))`, which is :math:`-\\infty` for :math:`f > 8.3` (float64), inside
@@ -43,7 +44,7 @@ class ExactProbit(Bernoulli):
 
     @inherit_check_shapes
     def _scalar_log_prob(self, X: TensorType, F: TensorType, Y: TensorType) -> tf.Tensor:
-        return log_normal_cdf((2 * Y - 1) * F)
+        return log_normal_cdf(_label_sign(Y, F.dtype) * F)
 
     @inherit_check_shapes
     def _predict_mean_and_var(
@@ -57,4 +58,10 @@ class ExactProbit(Bernoulli):
     def _predict_log_density(
         self, X: TensorType, Fmu: TensorType, Fvar: TensorType, Y: TensorType
     ) -> tf.Tensor:
-        return tf.reduce_sum(log_normal_cdf((2 * Y - 1) * Fmu / tf.sqrt(1 + Fvar)), axis=-1)
+        z = Fmu / tf.sqrt(1 + Fvar)
+        return tf.reduce_sum(log_normal_cdf(_label_sign(Y, z.dtype) * z), axis=-1)
+
+
+def _label_sign(Y: TensorType, dtype: tf.DType) -> tf.Tensor:
+    """+1 for the label 1, -1 for any other (GPflow's ``Bernoulli`` reads y != 1 as 0)."""
+    return tf.where(tf.equal(Y, tf.ones_like(Y)), tf.ones([], dtype), -tf.ones([], dtype))

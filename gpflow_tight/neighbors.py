@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 from scipy.spatial import cKDTree
 
-from .validation import require
+from .validation import check_count, require
 
 __all__ = [
     "graph_find_rows",
@@ -117,9 +117,7 @@ def graph_nearest_neighbors(
 
     :param k: 1 ≤ k ≤ M (a Python int: the output's static width).
     """
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise ValueError(f"`k` must be a positive int, got {k!r}.")
-    k = int(k)
+    k = check_count(k, "k")
     points = tf.stop_gradient(tf.convert_to_tensor(points))
     if points.dtype not in _ROUNDING:
         raise TypeError(
@@ -402,10 +400,7 @@ def over_row_blocks(
     N-th entry of ``order`` and may repeat rows of the one before (or rows past ``count``),
     whose results it writes again unchanged (``fn`` must answer each row alone).
     """
-    if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
-        raise TypeError(f"`block_size` must be an int, got {block_size!r}.")
-    if block_size < 1:
-        raise ValueError(f"`block_size` must be at least 1, got {block_size}.")
+    check_count(block_size, "block_size")
     num_rows = tf.shape(inputs, out_type=tf.int64)[0]
     order = tf.range(num_rows) if order is None else tf.cast(order, tf.int64)
     count = num_rows if count is None else count

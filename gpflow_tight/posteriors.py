@@ -47,6 +47,7 @@ from .projection import Projection, collapsed_common_terms, project, residual_va
 from .validation import (
     ConstructorOnly,
     _user_stacklevel,
+    check_count,
     checked_cholesky,
     checked_xnew,
     checks_arguments,
@@ -876,17 +877,10 @@ class VNNGPPosterior(FusedFromCache):
         self.q_sqrt_offdiag = q_sqrt_offdiag
         self.prior_neighbors = prior_neighbors
         num_inducing = inducing_variable.Z.shape[0]
-        for name, value, maximum in (
-            ("num_neighbors", num_neighbors, num_inducing),
-            ("prediction_batch_size", prediction_batch_size, None),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise TypeError(f"`{name}` must be an int, got {value!r}.")
-            if value < 1 or (maximum is not None and value > maximum):
-                bound = "" if maximum is None else f" and at most M = {maximum}"
-                raise ValueError(f"`{name}` must be at least 1{bound}, got {value}.")
-        self._num_neighbors = int(num_neighbors)
-        self._prediction_batch_size = int(prediction_batch_size)
+        self._num_neighbors = check_count(
+            num_neighbors, "num_neighbors", maximum=num_inducing, hint=" (M)"
+        )
+        self._prediction_batch_size = check_count(prediction_batch_size, "prediction_batch_size")
         self._jitter = jitter
         if precompute_cache is not None:
             self.update_cache(precompute_cache)

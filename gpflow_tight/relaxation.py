@@ -42,7 +42,7 @@ from gpflow.config import default_float
 from gpflow.likelihoods import Bernoulli, Gaussian, Likelihood, Poisson, Softmax, StudentT
 from gpflow.utilities import Dispatcher, positive
 
-from .validation import ConstructorOnly, graph_message
+from .validation import ConstructorOnly, check_count, graph_message
 
 __all__ = [
     "Relaxation",
@@ -267,14 +267,8 @@ class SampledOptimalRelaxation(OptimalRelaxation):
 
     def __init__(self, num_samples: int = 10, seed: int | None = None) -> None:
         super().__init__(name="SampledOptimalRelaxation")
-        checked = [("num_samples", num_samples)] + ([("seed", seed)] if seed is not None else [])
-        for name, value in checked:
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise TypeError(f"`{name}` must be an int, got {value!r}.")
-        if num_samples < 1:
-            raise ValueError(f"`num_samples` must be at least 1, got {num_samples}.")
-        self.num_samples = int(num_samples)
-        self.seed = None if seed is None else int(seed)
+        self.num_samples = check_count(num_samples, "num_samples")
+        self.seed = None if seed is None else check_count(seed, "seed", minimum=None)
 
     def standard_normal(self, shape: Any) -> tf.Tensor:
         """Standard normal draws of ``shape``: new ones per call, or the same for a ``seed``."""

@@ -9,6 +9,8 @@ from typing import Any
 import tensorflow as tf
 from gpflow.config import default_float
 
+from .validation import check_count
+
 __all__ = ["export_predictions"]
 
 
@@ -26,8 +28,7 @@ def export_predictions(model: Any, path: str, input_dim: int, dtype: Any = None)
         dimension).
     :param dtype: of ``Xnew`` and ``Ynew``; GPflow's default float if ``None``.
     """
-    if isinstance(input_dim, bool) or not isinstance(input_dim, int) or input_dim < 1:
-        raise ValueError(f"`input_dim` must be a positive int, got {input_dim!r}.")
+    input_dim = check_count(input_dim, "input_dim")
     dtype = default_float() if dtype is None else dtype
     inputs = tf.TensorSpec([None, input_dim], dtype)
     targets = tf.TensorSpec([None, None], dtype)

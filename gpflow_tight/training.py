@@ -26,7 +26,7 @@ from gpflow.keras import tf_keras
 from gpflow.models import ExternalDataTrainingLossMixin
 from tqdm.auto import tqdm
 
-from .validation import as_cholesky_error, cholesky_checks
+from .validation import as_cholesky_error, check_count, check_positive, cholesky_checks
 
 if TYPE_CHECKING:
     from .models import PowerEPSGP
@@ -270,7 +270,8 @@ def fit_scipy(
     :param maxiter: the most L-BFGS-B iterations.
     :param step_callback: called as ``step_callback(iteration, loss)`` after each iteration
         (counted from 1), with the model at that iteration's point.
-    :param scipy_kwargs: passed on to ``scipy.optimize.minimize`` (e.g. ``tol``, ``method``).
+    :param scipy_kwargs: passed on to ``scipy.optimize.minimize`` (e.g. ``tol``, ``method``,
+        ``options``; ``maxiter`` is this function's argument, not an option).
     :return: scipy's ``OptimizeResult``, so that convergence is visible: ``result.success``
         (``False`` when, for example, ``maxiter`` stopped the run), ``result.message``,
         ``result.nit`` (iterations), ``result.fun`` (the final loss). Its extra field
@@ -279,6 +280,14 @@ def fit_scipy(
         ``result.history[-1]`` is ``result.fun`` (up to round-off) when ``nit > 0``.
     """
     name = "fit_scipy"
+    check_count(maxiter, "maxiter", minimum=1)
+    options = dict(scipy_kwargs.pop("options", None) or {})
+    if "maxiter" in options:
+        raise ValueError(
+            "Pass `maxiter` as fit_scipy's own argument, not in `options` (it also sets the "
+            "progress bar's length)."
+        )
+    options["maxiter"] = maxiter
     loss = _training_loss(model, data, name)
     variables = model.trainable_variables
     history: list[float] = []
@@ -335,7 +344,7 @@ def fit_scipy(
             result = optimizer.minimize(
                 loss,
                 variables,
-                options=dict(maxiter=maxiter),
+                options=options,
                 step_callback=record,
                 **scipy_kwargs,
             )
@@ -395,7 +404,14 @@ def minibatches(data: tuple[np.ndarray, ...], batch_size: int, seed: int = 0) ->
     the data plus per-element overhead, refilled one element at a time at the start of each
     epoch.
     """
-    num_data = len(data[0])
+    check_count(batch_size, "batch_size", minimum=1)
+    rows = [len(x) for x in data]
+    if len(set(rows)) > 1:
+        raise ValueError(
+            f"`data`: every part must have one row per data point, got {rows} rows; pass "
+            "arrays of the same length."
+        )
+    num_data = rows[0]
     tensors = tuple(tf.convert_to_tensor(x) for x in data)
     if batch_size >= num_data:  # full batch: every step sees each point exactly once
         return tf.data.Dataset.from_tensors(tensors).repeat()
@@ -454,8 +470,10 @@ def fit_adam(
             "so `fit_adam` cannot use `batch_size`: drop it (or use a model that takes "
             "minibatches, such as TightSVGP)."
         )
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size}.")
+    if batch_size is not None:
+        check_count(batch_size, "batch_size", minimum=1)
+    check_count(iterations, "iterations", minimum=0)
+    _check_learning_rate(learning_rate)
     _training_loss(model, data, name)  # refuses what the model cannot use
     optimizer = tf_keras.optimizers.Adam(learning_rate)
     variables = model.trainable_variables
@@ -484,9 +502,11 @@ def fit_adam(
 @dataclass
 class PowerEPTrace:
     """
-    What :func:`run_power_ep` and :func:`fit_power_ep` did, one entry per iteration: the loss
-    (negative energy; a minibatch estimate when minibatching), the largest relative change of a
-    site in the iteration's last sweep, and the number of sites it left unchanged.
+    What :func:`run_power_ep` and :func:`fit_power_ep` did: the loss (negative energy; a
+    minibatch estimate when minibatching), the largest relative change of a site in the
+    iteration's last sweep, and the number of sites it left unchanged, one entry of each per
+    iteration of :func:`fit_power_ep`; :func:`run_power_ep` records the changes of every sweep
+    and one loss, at the sites it ends with.
     """
 
     loss: list[float] = field(default_factory=list)
@@ -496,6 +516,12 @@ class PowerEPTrace:
     def converged(self, tolerance: float = 1e-4) -> bool:
         """Whether the last sweep changed no site by more than ``tolerance`` (relative)."""
         return bool(self.max_change) and self.max_change[-1] < tolerance
+
+
+def _check_learning_rate(learning_rate: Any) -> None:
+    """A number must be finite and positive (a ``tf_keras`` schedule is Adam's to check)."""
+    if isinstance(learning_rate, int | float | np.number):
+        check_positive(learning_rate, "learning_rate")
 
 
 def _site_batches(num_data: int, batch_size: int | None, seed: int) -> Iterator[tf.Tensor | None]:
@@ -530,8 +556,10 @@ def run_power_ep(
     Power-EP sweeps over all data with the hyperparameters fixed, until no site changes by more
     than ``tolerance`` (relative) or ``max_sweeps`` is reached; check ``trace.converged()``.
     A sweep that fails (or makes a site non-finite) leaves the sites of the sweep before it and
-    raises a :class:`TrainingError` that holds the trace.
+    raises a :class:`TrainingError` that holds the trace. The trace has one site change per
+    sweep and one loss, at the sites it ends with.
     """
+    check_count(max_sweeps, "max_sweeps", minimum=1)
     sweep = _compiled_sweep(model, damping, update)
     trace = PowerEPTrace()
     last_good = _LastGood(model.variables)
@@ -581,10 +609,11 @@ def fit_power_ep(
     :param step_callback: called as ``step_callback(iteration, loss)`` after each iteration
         (counted from 1).
     """
-    if sweeps_per_iteration < 1:
-        raise ValueError(f"`sweeps_per_iteration` must be at least 1, got {sweeps_per_iteration}.")
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size}.")
+    check_count(sweeps_per_iteration, "sweeps_per_iteration", minimum=1)
+    if batch_size is not None:
+        check_count(batch_size, "batch_size", minimum=1)
+    check_count(iterations, "iterations", minimum=0)
+    _check_learning_rate(learning_rate)
     sweep = _compiled_sweep(model, damping, update)
     optimizer = tf_keras.optimizers.Adam(learning_rate)
     variables = model.trainable_variables

@@ -160,7 +160,9 @@ class SOLVESparseVariational(_UnionOfInducingSets, SparseVariational):
 
     def __init__(self, model: SOLVEGP, *args: Any, **kwargs: Any) -> None:
         self._check_orthogonal_model(model, SOLVEGP)
-        if kwargs.get("inducing_point_selector") is not None or len(args) >= 3:
+        # SparseVariational(model, optimizer, num_rff_features, inducing_point_selector)
+        selector = args[2] if len(args) >= 3 else kwargs.get("inducing_point_selector")
+        if selector is not None:
             raise NotImplementedError(
                 "SOLVESparseVariational takes no `inducing_point_selector`: SOLVE-GP's "
                 "q(u) q(v_perp) cannot hold the joint posterior re-projected onto new inducing "

@@ -60,6 +60,7 @@ __all__ = [
     "check_input_dim",
     "check_inducing_variable",
     "check_kernel",
+    "check_count",
     "check_num_data",
     "check_noise_variance",
     "check_positive",
@@ -546,6 +547,22 @@ def check_noise_variance(value: Any, name: str = "noise_variance") -> None:
             f"`gpflow.config.default_likelihood_positive_minimum()`), got {value!r}; pass the "
             "variance (not the standard deviation), e.g. 0.1."
         )
+
+
+def check_count(
+    value: Any, name: str, minimum: int | None = 1, maximum: int | None = None, hint: str = ""
+) -> int:
+    """
+    ``value`` as a Python int: a whole number (a Python or numpy integer, not a bool) from
+    ``minimum`` to ``maximum`` (``None``: unbounded); a ``TypeError`` or ``ValueError`` naming
+    ``name`` (with ``hint`` after the range) otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"`{name}` must be an int, got {value!r}.")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bound = "" if maximum is None else f" and at most {maximum}"
+        raise ValueError(f"`{name}` must be at least {minimum}{bound}{hint}, got {value}.")
+    return int(value)
 
 
 def check_num_data(value: Any) -> None:

@@ -19,6 +19,9 @@ def test_missing_data_dir_falls_back_to_generated_data(tmp_path):
     assert len(split.X_train) == 160 and len(split.X_test) == 40
     with pytest.raises(datasets.DataNotFoundError, match="GPFLOW_TIGHT_DATA"):
         datasets.find_data_dir(tmp_path / "nowhere")
+    for fraction in (-0.2, 1.0, 1.5):
+        with pytest.raises(ValueError, match="`test_fraction` must be in"):
+            datasets.snelson_or_generated(data_dir=tmp_path / "nowhere", test_fraction=fraction)
 
 
 def _data_dir_or_skip():

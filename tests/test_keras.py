@@ -106,6 +106,27 @@ def test_models_that_hold_their_data_are_refused():
         KerasGPModel(model)
 
 
+def test_per_point_weights_are_refused_by_name():
+    """Keras would append them to the batch; the ELBO has no weights, so they are refused."""
+    model, (X, Y) = MODEL_FACTORIES["TightSVGP"](np.random.default_rng(0))
+    keras_model = KerasGPModel(model)
+    keras_model.compile(optimizer=tf_keras.optimizers.Adam(0.01))
+    before = [v.numpy() for v in model.trainable_variables]
+    weights = np.ones(len(X))
+    calls = [
+        ("fit", "sample_weight", lambda: keras_model.fit(X, Y, sample_weight=weights, verbose=0)),
+        ("fit", "class_weight", lambda: keras_model.fit(X, Y, class_weight={0: 1.0}, verbose=0)),
+        ("train_on_batch", "sample_weight", lambda: keras_model.train_on_batch(X, Y, weights)),
+        ("evaluate", "sample_weight", lambda: keras_model.evaluate(X, Y, sample_weight=weights)),
+        ("test_on_batch", "sample_weight", lambda: keras_model.test_on_batch(X, Y, weights)),
+    ]
+    for method, name, call in calls:
+        with pytest.raises(ValueError, match=f"KerasGPModel.{method} cannot use `{name}`"):
+            call()
+    for got, expected in zip(model.trainable_variables, before):
+        np.testing.assert_array_equal(got.numpy(), expected)
+
+
 def test_a_failed_cholesky_is_explained():
     """A factorisation that fails at the first step: nothing changes, and the error advises."""
     X = np.linspace(0, 1, 20)[:, None]

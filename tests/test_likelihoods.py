@@ -33,6 +33,24 @@ def test_log_prob_is_log_phi_in_both_tails():
     assert not np.all(np.isfinite(naive.numpy()))
 
 
+def test_a_label_other_than_one_counts_as_zero_as_in_gpflow():
+    """GPflow's Bernoulli reads y != 1 (e.g. -1) as 0; so does ExactProbit, in every method."""
+    likelihood, bernoulli = ExactProbit(), gpflow.likelihoods.Bernoulli(invlink=exact_probit)
+    F_mid = F[2:5]  # where GPflow's log(1 - Φ(f)) keeps its precision
+    Fvar = np.full_like(F_mid, 0.7)
+    for label in (-1.0, 2.0):
+        Y, zeros = np.full_like(F_mid, label), np.zeros_like(F_mid)
+        got = likelihood.log_prob(F_mid, F_mid, Y).numpy()
+        np.testing.assert_allclose(got, likelihood.log_prob(F_mid, F_mid, zeros).numpy())
+        np.testing.assert_allclose(got, bernoulli.log_prob(F_mid, F_mid, Y).numpy(), rtol=1e-12)
+        for method in ("predict_log_density", "variational_expectations"):
+            got = getattr(likelihood, method)(F_mid, F_mid, Fvar, Y).numpy()
+            expected = getattr(likelihood, method)(F_mid, F_mid, Fvar, zeros).numpy()
+            np.testing.assert_allclose(got, expected)
+            reference = getattr(bernoulli, method)(F_mid, F_mid, Fvar, Y).numpy()
+            np.testing.assert_allclose(got, reference, rtol=1e-9)
+
+
 @pytest.mark.parametrize("mean, variance", [(0.3, 0.5), (-2.0, 4.0), (12.0, 0.1)])
 def test_predictions_equal_quadrature(mean, variance):
     likelihood = ExactProbit()

@@ -114,6 +114,52 @@ def test_fit_scipy_external_data(rng):
     np.testing.assert_allclose(result.history[-1], -svgp.elbo((X, Y)).numpy(), rtol=1e-10)
 
 
+def test_fit_scipy_passes_scipy_options_on(rng):
+    """``options`` reach scipy as with ``gpflow.optimizers.Scipy``; ``maxiter`` stays ours."""
+    options = dict(gtol=1e-3, maxcor=3)
+    model, reference = _gpr(np.random.default_rng(5)), _gpr(np.random.default_rng(5))
+    result = fit_scipy(model, maxiter=30, options=options, progress=False)
+    expected = gpflow.optimizers.Scipy().minimize(
+        reference.training_loss, reference.trainable_variables, options=dict(maxiter=30, **options)
+    )
+    assert result.nit == expected.nit
+    np.testing.assert_allclose(result.x, expected.x, rtol=1e-12)
+    with pytest.raises(ValueError, match="`maxiter` as fit_scipy's own argument"):
+        fit_scipy(model, options=dict(maxiter=5), progress=False)
+    with pytest.raises(ValueError, match="`maxiter` must be at least 1"):
+        fit_scipy(model, maxiter=0, progress=False)
+
+
+def test_bad_settings_of_the_helpers_are_refused(rng):
+    X = np.arange(10.0)[:, None]
+    for parts in ((X, X[:9]), (X[:9], X)):  # no silent drop of rows, no error mid-training
+        with pytest.raises(ValueError, match="`data`: every part must have one row per"):
+            minibatches(parts, 4)
+    for size, error in ((0, ValueError), (-1, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match="`batch_size`"):
+            minibatches((X, X), size)
+    model, data = MODEL_FACTORIES["TightSVGP"](rng)
+    for rate in (-0.05, 0.0, np.nan, np.inf):
+        with pytest.raises(ValueError, match="`learning_rate` must be finite and strictly"):
+            fit_adam(model, data, iterations=2, learning_rate=rate, progress=False)
+    with pytest.raises(ValueError, match="`iterations` must be at least 0"):
+        fit_adam(model, data, iterations=-5, progress=False)
+    with pytest.raises(ValueError, match="`data`: every part"):
+        fit_adam(model, (data[0], data[1][:-1]), iterations=2, batch_size=4, progress=False)
+    # a tf_keras schedule is passed on to Adam
+    schedule = gpflow.keras.tf_keras.optimizers.schedules.ExponentialDecay(0.01, 10, 0.9)
+    assert len(fit_adam(model, data, iterations=2, learning_rate=schedule, progress=False)) == 2
+    sites, _ = MODEL_FACTORIES["PowerEPSGP-sites"](np.random.default_rng(0))
+    with pytest.raises(ValueError, match="`max_sweeps` must be at least 1"):
+        run_power_ep(sites, max_sweeps=-1)
+    with pytest.raises(ValueError, match="`learning_rate` must be finite"):
+        fit_power_ep(sites, iterations=2, learning_rate=-1.0, progress=False)
+    trace = run_power_ep(sites, max_sweeps=3, tolerance=0.0)  # as documented: a loss at the end
+    assert len(trace.max_change) == len(trace.num_skipped) == 3 and len(trace.loss) == 1
+    energy = -sites.log_marginal_likelihood()
+    np.testing.assert_allclose(trace.loss[-1], energy.numpy(), rtol=1e-12)
+
+
 # ---- faults: the helpers lose nothing -------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from check_shapes import Shape
 from gpflow.base import Parameter
 from gpflow.inducing_variables import InducingVariables
 
-from ..validation import as_default_float
+from ..validation import as_default_float, check_count
 
 __all__ = ["LatentInducingPoints"]
 
@@ -78,10 +78,7 @@ class LatentInducingPoints(InducingVariables):
         cls, Z: Any, num_latent: int, name: str | None = None
     ) -> "LatentInducingPoints":
         """The inputs ``Z`` [M, D] on each of ``num_latent`` latent processes: Q M points."""
-        if isinstance(num_latent, bool) or not isinstance(num_latent, int | np.integer):
-            raise ValueError(f"`num_latent` must be a positive integer, got {num_latent!r}.")
-        if num_latent < 1:
-            raise ValueError(f"`num_latent` must be a positive integer, got {num_latent!r}.")
+        check_count(num_latent, "num_latent")
         Z_value = as_default_float(Z, "Z")
         if Z_value.ndim != 2:
             raise ValueError(f"`Z` must be a 2-D array [M, D], got shape {Z_value.shape}.")

@@ -30,6 +30,7 @@ from ..relaxation import Relaxation, SampledOptimalRelaxation, as_relaxation
 from ..validation import (
     as_checked_batch,
     check_batch,
+    check_count,
     check_inducing_variable,
     check_kernel,
     check_noise_variance,
@@ -520,9 +521,8 @@ class MinibatchBayesianGPLVM(
         q_mu: Any = None,
         q_sqrt: Any = None,
     ) -> None:
-        for name, size in (("num_data", num_data), ("num_outputs", num_outputs)):
-            if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
-                raise ValueError(f"`{name}` must be a positive int, got {size!r}.")
+        check_count(num_data, "num_data")
+        check_count(num_outputs, "num_outputs")
         _, X_data_mean, X_data_var = _checked_latent(
             np.zeros((num_data, num_outputs), default_float()),
             X_data_mean,

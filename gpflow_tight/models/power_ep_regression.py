@@ -34,7 +34,7 @@ from scipy.cluster.vq import kmeans2
 from scipy.spatial import cKDTree
 
 from ..projection import INNER, Projection, project
-from ..validation import checked_cholesky
+from ..validation import check_count, checked_cholesky
 
 __all__ = [
     "power_correction",
@@ -344,10 +344,7 @@ def partition(
     if blocks is not None and block_size is not None:
         raise ValueError("Pass either `blocks` or `block_size`, not both.")
     if block_size is not None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
-            raise TypeError(f"`block_size` must be an int, got {block_size!r}.")
-        if block_size < 1:
-            raise ValueError(f"`block_size` must be at least 1, got {block_size}.")
+        check_count(block_size, "block_size")
         labels = block_assignment(cluster_blocks(X, int(block_size), seed=seed), len(X))
         return BlockPartition(read_only(labels), *block_layout_shape(len(X), int(block_size)))
     if blocks is None:

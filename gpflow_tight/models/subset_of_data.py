@@ -17,6 +17,7 @@ from gpflow.models import GPR
 from gpflow.models.util import data_input_to_tensor
 
 from ..validation import (
+    check_count,
     check_kernel,
     check_noise_variance,
     check_regression_data,
@@ -204,9 +205,10 @@ class SoD(ConstructorOnly, InfiniteLossOnCholeskyFailure, GPR):
                 f"`selection` must be one of {SELECTIONS} (random, the IVM entropy score, "
                 f"Seeger's information gain), got {selection!r}."
             )
-        _check_count(active_set_size, "active_set_size", num_data, "the number of data rows")
+        rows = " (N, the number of data rows; `active_set_size=N` is GPR on all the data)"
+        check_count(active_set_size, "active_set_size", maximum=num_data, hint=rows)
         if working_set_size is not None:
-            _check_count(working_set_size, "working_set_size", num_data, "the number of data rows")
+            check_count(working_set_size, "working_set_size", maximum=num_data, hint=rows)
         size = int(active_set_size)
         active = (
             tf.Variable(X[:size], trainable=False, name="active_X"),
@@ -266,13 +268,3 @@ class SoD(ConstructorOnly, InfiniteLossOnCholeskyFailure, GPR):
 
     def _checked_test_data(self, data: Any) -> tuple[Any, ...]:
         return checked_batch(data, input_dim=int(self.full_data[0].shape[-1]), allow_empty=True)
-
-
-def _check_count(value: Any, name: str, upper: int, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"`{name}` must be an int, got {value!r}.")
-    if not 1 <= value <= upper:
-        raise ValueError(
-            f"`{name}` must be between 1 and {what} (N = {upper}), got {value}; pass a value "
-            f"in that range (`active_set_size=N` is GPR on all the data)."
-        )

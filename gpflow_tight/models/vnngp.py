@@ -27,6 +27,7 @@ from ..neighbors import (
 )
 from ..posteriors import VNNGPPosterior
 from ..validation import (
+    check_count,
     check_kernel,
     check_num_data,
     check_regression_data,
@@ -258,18 +259,21 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         )
         check_kernel(kernel, Z.shape[1])
         num_inducing = len(Z)
-        self.num_neighbors = _check_count(num_neighbors, "num_neighbors", num_inducing - 1)
-        self.num_neighbors_predict = _check_count(
+        self.num_neighbors = check_count(
+            num_neighbors,
+            "num_neighbors",
+            maximum=num_inducing - 1,
+            hint=" (K = M - 1 already gives the exact prior)",
+        )
+        self.num_neighbors_predict = check_count(
             num_neighbors if num_neighbors_predict is None else num_neighbors_predict,
             "num_neighbors_predict",
-            num_inducing,
+            maximum=num_inducing,
         )
         if inducing_batch_size is not None:
-            inducing_batch_size = _check_count(inducing_batch_size, "inducing_batch_size", None)
+            inducing_batch_size = check_count(inducing_batch_size, "inducing_batch_size")
         self.inducing_batch_size = inducing_batch_size
-        self.prediction_batch_size = _check_count(
-            prediction_batch_size, "prediction_batch_size", None
-        )
+        self.prediction_batch_size = check_count(prediction_batch_size, "prediction_batch_size")
         self.num_data = num_data
         self.jitter = jitter
         self.kl_estimate = kl_estimate
@@ -879,16 +883,6 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
 
 FROM_DATA_JITTER = 1e-3
 """The jitter of :meth:`VNNGP.from_data`: GPyTorch's ``NNVariationalStrategy`` default."""
-
-
-def _check_count(value: Any, name: str, maximum: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"`{name}` must be an int, got {value!r}.")
-    if value < 1 or (maximum is not None and value > maximum):
-        bound = "" if maximum is None else f" and at most {maximum}"
-        hint = " (K = M - 1 already gives the exact prior)" if name == "num_neighbors" else ""
-        raise ValueError(f"`{name}` must be at least 1{bound}{hint}, got {value}.")
-    return int(value)
 
 
 def _check_inducing_inputs(Z: np.ndarray, allow_repeats: bool) -> bool:

@@ -321,6 +321,17 @@ def test_tighten_turns_a_gpflux_architecture_into_a_tight_deep_gp(rng):
         values.append(model.elbo((X, Y)).numpy())
     assert values[0] == values[1]
     assert values[2] > values[0]  # β = σ² in the last layer gains on the same draw
+    # frozen parts stay frozen, and the Keras models keep their input and target shapes
+    plain = DeepGP(plain.f_layers, plain.likelihood_layer, input_dim=3, target_dim=1)
+    gpflow.set_trainable(plain.f_layers[-1].q_mu, False)
+    plain.f_layers[0].trainable = False
+    again = tighten(plain)
+    assert not again.f_layers[-1].q_mu.trainable and again.f_layers[-1].q_sqrt.trainable
+    assert not again.f_layers[0].trainable and again.f_layers[-1].trainable
+    assert again.inputs.shape.as_list() == plain.inputs.shape.as_list() == [None, 3]
+    assert again.targets.shape.as_list() == plain.targets.shape.as_list() == [None, 1]
+    trainable = [len(m.as_training_model().trainable_variables) for m in (plain, again)]
+    assert trainable[1] == trainable[0] + 1  # the last layer's beta (the hidden one is frozen)
 
 
 def randomise_q_orthogonal(layer, rng, scale=0.3):

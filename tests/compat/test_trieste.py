@@ -351,3 +351,8 @@ def test_solvegp_wrapper_refuses_a_selector():
         SOLVESparseVariational(
             SVGP_FAMILY["SOLVEGP"](10), inducing_point_selector=KMeansInducingPointSelector()
         )
+    with pytest.raises(NotImplementedError, match="inducing_point_selector"):  # by position
+        SOLVESparseVariational(SVGP_FAMILY["SOLVEGP"](10), None, 10, KMeansInducingPointSelector())
+    # None, Trieste's default, by position as by name
+    wrapped = SOLVESparseVariational(SVGP_FAMILY["SOLVEGP"](10), None, 10, None)
+    assert wrapped.inducing_point_selector is None

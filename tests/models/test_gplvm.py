@@ -804,7 +804,7 @@ def test_empty_data_is_refused(rng):
     with pytest.raises(ValueError, match="`data` is empty"):
         TightBayesianGPLVM(Y[:0], X_mean[:0], X_var[:0], se_kernel(), inducing_variable=Z)
     for num_data, num_outputs, name in ((0, 5, "num_data"), (40, 0, "num_outputs")):
-        with pytest.raises(ValueError, match=f"`{name}` must be a positive int"):
+        with pytest.raises(ValueError, match=f"`{name}` must be at least 1"):
             MinibatchBayesianGPLVM(num_data, num_outputs, X_mean, X_var, se_kernel(), Z)
 
 

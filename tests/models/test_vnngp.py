@@ -468,7 +468,7 @@ def test_graph_search_rejects_bad_arguments(rng):
     points = rng.standard_normal((5, 2))
     with pytest.raises(ValueError, match="exceeds"):
         graph_nearest_neighbors(points, points, 6)
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="`k` must be at least 1"):
         graph_nearest_neighbors(points, points, 0)
     with pytest.raises(ValueError, match=r"\[Q, 2\]"):
         graph_nearest_neighbors(points, points[:, :1], 2)
