@@ -111,6 +111,8 @@ def snelson_or_generated(
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(X))
     num_test = int(round(test_fraction * len(X)))
+    if num_test == len(X):
+        raise ValueError(f"`test_fraction` {test_fraction!r} leaves no training points.")
     test, train = np.sort(order[:num_test]), np.sort(order[num_test:])
     return RegressionSplit(X[train], Y[train], X[test], Y[test], name)
 

@@ -33,6 +33,7 @@ from gpflow.config import default_float
 from gpflow.keras import tf_keras
 from gpflow.models import BayesianModel, ExternalDataTrainingLossMixin
 
+from .models.vnngp import VNNGP
 from .training import _apply_if_finite, _cause, _fault, _LastGood, _StepFaultError
 from .validation import cholesky_checks, explain_cholesky_failure
 
@@ -64,6 +65,9 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
             )
         super().__init__(**kwargs)
         self.gp_model = model
+        # VNNGP's batches may carry a third part, its neighbour rows, which Keras passes in the
+        # slot of `sample_weight`; other models' losses take (X, Y) only
+        self._takes_third_part = isinstance(model, VNNGP)
         self.loss_tracker = tf_keras.metrics.Mean(name="loss", dtype=default_float())
         self._last_good: _LastGood | None = None  # made with the train function
 
@@ -185,41 +189,58 @@ class KerasGPModel(tf_keras.Model):  # type: ignore[misc]
         Keras's ``fit``. A failed training step raises a
         :class:`~gpflow_tight.training.TrainingError` (see the class); a failed Cholesky
         factorisation elsewhere (validation data) a helpful ``CholeskyError``. The loss is the
-        GPflow model's, which has no per-point weights: ``sample_weight`` and ``class_weight``
-        are refused.
+        GPflow model's, which has no per-point weights: ``sample_weight``, ``class_weight`` and
+        a third part of ``validation_data`` are refused (except for VNNGP, whose batches may
+        carry its neighbour rows there).
         """
-        _refuse_weights("fit", args, kwargs)
+        self._refuse_weights("fit", args, kwargs)
         with self._stopping_at_faults("fit"), explain_cholesky_failure():
             return super().fit(*args, **kwargs)
 
     def train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
         """Keras's ``train_on_batch``, which stops at a fault as ``fit`` does."""
-        _refuse_weights("train_on_batch", args, kwargs)
+        self._refuse_weights("train_on_batch", args, kwargs)
         with self._stopping_at_faults("train_on_batch"):
             return super().train_on_batch(*args, **kwargs)
 
     def evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """Keras's ``evaluate`` (the mean loss over the batches); ``sample_weight`` is refused."""
-        _refuse_weights("evaluate", args, kwargs)
+        if "_use_cached_eval_dataset" not in kwargs:  # fit's validation, which fit checked
+            self._refuse_weights("evaluate", args, kwargs)
         return super().evaluate(*args, **kwargs)
 
     def test_on_batch(self, *args: Any, **kwargs: Any) -> Any:
         """Keras's ``test_on_batch``; ``sample_weight`` is refused."""
-        _refuse_weights("test_on_batch", args, kwargs)
+        self._refuse_weights("test_on_batch", args, kwargs)
         return super().test_on_batch(*args, **kwargs)
 
-
-def _refuse_weights(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Keras's per-point weights, which a GPflow training loss cannot take, given by name or
-    position to ``method`` of ``tf_keras.Model``."""
-    signature = inspect.signature(getattr(tf_keras.Model, method))
-    given = signature.bind_partial(None, *args, **kwargs).arguments
-    weights = [name for name in ("sample_weight", "class_weight") if given.get(name) is not None]
-    if weights:
-        raise ValueError(
-            f"KerasGPModel.{method} cannot use `{weights[0]}`: the loss is the GPflow model's "
-            "(an ELBO over the batch), which has no per-point or per-class weights: drop it."
+    def _refuse_weights(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """
+        Keras's per-point or per-class weights, given by name or position to ``method`` of
+        ``tf_keras.Model``, which the GPflow model's loss cannot take. Keras passes a batch's
+        third part in the slot of ``sample_weight``, which VNNGP's loss reads as its neighbour
+        rows.
+        """
+        given = inspect.signature(getattr(tf_keras.Model, method)).bind_partial(
+            None, *args, **kwargs
         )
+        arguments = given.arguments
+        names = ["class_weight"] + ([] if self._takes_third_part else ["sample_weight"])
+        refused = [f"`{name}`" for name in names if arguments.get(name) is not None]
+        validation = arguments.get("validation_data")
+        if (
+            not self._takes_third_part
+            and isinstance(validation, tuple)
+            and len(validation) == 3
+            and validation[2] is not None
+        ):
+            refused.append("a third part of `validation_data` (Keras's sample weights)")
+        if refused:
+            raise ValueError(
+                f"KerasGPModel.{method} cannot use {refused[0]}: the loss is the GPflow "
+                f"model's ({type(self.gp_model).__name__}'s ELBO over the batch), which has no "
+                "per-point or per-class weights: drop it."
+            )
 
 
 def _scale_gradient(gradient: Any, weight: tf.Tensor) -> Any:

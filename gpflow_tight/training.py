@@ -280,7 +280,6 @@ def fit_scipy(
         ``result.history[-1]`` is ``result.fun`` (up to round-off) when ``nit > 0``.
     """
     name = "fit_scipy"
-    check_count(maxiter, "maxiter", minimum=1)
     options = dict(scipy_kwargs.pop("options", None) or {})
     if "maxiter" in options:
         raise ValueError(
@@ -412,6 +411,8 @@ def minibatches(data: tuple[np.ndarray, ...], batch_size: int, seed: int = 0) ->
             "arrays of the same length."
         )
     num_data = rows[0]
+    if num_data == 0:
+        raise ValueError("`data` is empty: a batch needs at least one row of each part.")
     tensors = tuple(tf.convert_to_tensor(x) for x in data)
     if batch_size >= num_data:  # full batch: every step sees each point exactly once
         return tf.data.Dataset.from_tensors(tensors).repeat()

@@ -560,8 +560,9 @@ def check_count(
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"`{name}` must be an int, got {value!r}.")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bound = "" if maximum is None else f" and at most {maximum}"
-        raise ValueError(f"`{name}` must be at least {minimum}{bound}{hint}, got {value}.")
+        bounds = [f"at least {minimum}"] if minimum is not None else []
+        bounds += [f"at most {maximum}"] if maximum is not None else []
+        raise ValueError(f"`{name}` must be {' and '.join(bounds)}{hint}, got {value}.")
     return int(value)
 
 

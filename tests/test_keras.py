@@ -120,11 +120,39 @@ def test_per_point_weights_are_refused_by_name():
         ("evaluate", "sample_weight", lambda: keras_model.evaluate(X, Y, sample_weight=weights)),
         ("test_on_batch", "sample_weight", lambda: keras_model.test_on_batch(X, Y, weights)),
     ]
+    calls.append(
+        (
+            "fit",
+            "validation_data",
+            lambda: keras_model.fit(X, Y, validation_data=(X, Y, weights), verbose=0),
+        )
+    )
     for method, name, call in calls:
-        with pytest.raises(ValueError, match=f"KerasGPModel.{method} cannot use `{name}`"):
+        with pytest.raises(ValueError, match=f"KerasGPModel.{method} cannot use .*`{name}`"):
             call()
     for got, expected in zip(model.trainable_variables, before):
         np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_vnngp_batches_carry_their_neighbour_rows_in_the_third_part():
+    """Keras passes a third part in the slot of ``sample_weight``: VNNGP's neighbour rows."""
+    model, data = MODEL_FACTORIES["VNNGP"](np.random.default_rng(0))
+    X, Y, neighbors = (tf.convert_to_tensor(part) for part in data)  # Keras casts numpy to f32
+    keras_model = KerasGPModel(model)
+    keras_model.compile(optimizer=tf_keras.optimizers.Adam(0.01))
+    expected = model.training_loss((X, Y, neighbors)).numpy()
+    np.testing.assert_allclose(keras_model.test_on_batch(X, Y, neighbors), expected, rtol=1e-12)
+    history = keras_model.fit(
+        batches((X, Y, neighbors), 40),
+        validation_data=(X, Y, neighbors),
+        validation_batch_size=40,  # one batch: the whole-data loss
+        verbose=0,
+    )
+    after = model.training_loss((X, Y, neighbors)).numpy()
+    np.testing.assert_allclose(history.history["val_loss"][0], after, rtol=1e-12)
+    assert np.isfinite(keras_model.train_on_batch(X, Y, neighbors))
+    with pytest.raises(ValueError, match="cannot use `class_weight`"):
+        keras_model.fit(batches((X, Y, neighbors)), class_weight={0: 1.0}, verbose=0)
 
 
 def test_a_failed_cholesky_is_explained():

@@ -126,8 +126,6 @@ def test_fit_scipy_passes_scipy_options_on(rng):
     np.testing.assert_allclose(result.x, expected.x, rtol=1e-12)
     with pytest.raises(ValueError, match="`maxiter` as fit_scipy's own argument"):
         fit_scipy(model, options=dict(maxiter=5), progress=False)
-    with pytest.raises(ValueError, match="`maxiter` must be at least 1"):
-        fit_scipy(model, maxiter=0, progress=False)
 
 
 def test_bad_settings_of_the_helpers_are_refused(rng):

@@ -469,10 +469,10 @@ class PowerEPSGP(
             return SGPR.upper_bound(self)  # type: ignore[arg-type]
 
     def _require_gaussian_likelihood(self, what: str) -> None:
-        if self.inference != "closed_form":
+        if not isinstance(self.likelihood, Gaussian):
             raise ValueError(
-                f"{what} needs a Gaussian likelihood (`inference='closed_form'`); this model "
-                f"has a {type(self.likelihood).__name__} likelihood."
+                f"{what} needs a Gaussian likelihood; this model has a "
+                f"{type(self.likelihood).__name__} likelihood."
             )
 
     # GPRFITC's objective and its parts, as gpflow.models.GPRFITC computes them, for code

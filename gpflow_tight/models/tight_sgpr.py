@@ -110,6 +110,7 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
     _constructor_only: tuple[str, ...] = ("relaxation", "exact_predictive_variance")
     _default_relaxation = "none"
     _relaxations = ("none", "optimal", "beta", "free")
+    _uncollapsed_counterpart = "RelaxedSVGP"  # the model for other likelihoods
 
     def __init__(
         self,
@@ -127,8 +128,7 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
         check_gaussian_likelihood(
             kwargs.get("likelihood"),
             f"{type(self).__name__}'s bound is collapsed for Gaussian noise; for other "
-            "likelihoods use its uncollapsed counterpart: RelaxedSVGP, TightSVGP, SOLVEGP, "
-            "TightSOLVEGP or ODVGP",
+            f"likelihoods use gpflow_tight.{self._uncollapsed_counterpart}",
         )
         check_inducing_variable(inducing_variable)
         super().__init__(held_data(data, (X, Y)), kernel, inducing_variable, **kwargs)
@@ -322,3 +322,4 @@ class TightSGPR(RelaxedSGPR):
     """
 
     _default_relaxation = "optimal"
+    _uncollapsed_counterpart = "TightSVGP"

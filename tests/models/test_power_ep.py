@@ -139,6 +139,14 @@ def test_gprfitc_methods_give_fitc_at_any_alpha(rng):
     X, Y, Z = make_problem(rng, num_outputs=2)
     fitc = gpflow.models.GPRFITC((X, Y), kernel(), Z, noise_variance=NOISE)
     expected = fitc.fitc_log_marginal_likelihood().numpy()
+    Y1 = Y[:, :1]  # site inference takes one output column
+    expected_one = gpflow.models.GPRFITC((X, Y1), kernel(), Z, noise_variance=NOISE)
+    sites = PowerEPSGP((X, Y1), kernel(), Z, alpha=0.5, noise_variance=NOISE, inference="sites")
+    np.testing.assert_allclose(
+        sites.fitc_log_marginal_likelihood(),
+        expected_one.fitc_log_marginal_likelihood(),
+        rtol=1e-12,
+    )
     for model in (
         PowerEPSGP((X, Y), kernel(), Z, alpha=0.5, noise_variance=NOISE),
         FITC((X, Y), kernel(), Z, noise_variance=NOISE),

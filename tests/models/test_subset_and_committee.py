@@ -472,8 +472,8 @@ def test_sod_trains_with_scipy_and_float32(rng):
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(active_set_size=41), ValueError, "`active_set_size` must be between 1 and"),
-        (dict(active_set_size=0), ValueError, "`active_set_size` must be between 1 and"),
+        (dict(active_set_size=41), ValueError, r"`active_set_size` must be at least 1 and at most"),
+        (dict(active_set_size=0), ValueError, r"`active_set_size` must be at least 1 and at most"),
         (dict(active_set_size=2.5), TypeError, "`active_set_size` must be an int"),
         (dict(active_set_size=5, selection="variance"), ValueError, "`selection` must be one of"),
         (dict(active_set_size=5, working_set_size=41), ValueError, "`working_set_size`"),

@@ -239,9 +239,16 @@ def test_bad_data_raises_clear_error(data, match):
 
 
 @pytest.mark.parametrize(
-    "model_class", ["RelaxedSGPR", "TightSGPR", "SOLVEGPR", "TightSOLVEGPR", "ODGPR"]
+    "model_class, counterpart",
+    [
+        ("RelaxedSGPR", "RelaxedSVGP"),
+        ("TightSGPR", "TightSVGP"),
+        ("SOLVEGPR", "SOLVEGP"),
+        ("TightSOLVEGPR", "TightSOLVEGP"),
+        ("ODGPR", "ODVGP"),
+    ],
 )
-def test_collapsed_models_refuse_non_gaussian_likelihoods(model_class):
+def test_collapsed_models_refuse_non_gaussian_likelihoods(model_class, counterpart):
     """
     GPflow's SGPR takes any likelihood and fails at the first bound (``variance_at``); the
     collapsed models refuse a non-Gaussian one at construction and name the uncollapsed peer.
@@ -254,7 +261,7 @@ def test_collapsed_models_refuse_non_gaussian_likelihoods(model_class):
         else (np.zeros((2, 1)),)
     )
     with pytest.raises(
-        TypeError, match="`likelihood` must be a gpflow.likelihoods.Gaussian.*TightSVGP"
+        TypeError, match=rf"`likelihood` must be a gpflow.likelihoods.Gaussian.*{counterpart}\)"
     ):
         cls((X, Y), kernel(), *points, likelihood=gpflow.likelihoods.Bernoulli())
     gaussian = gpflow.likelihoods.Gaussian(0.3)
