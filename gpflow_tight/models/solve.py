@@ -173,7 +173,6 @@ class SOLVEGPR(RelaxedSGPR):
     ``inducing_variable``; an array [0, D] gives SGPR), ``bound`` and ``relaxation``.
     """
 
-    _uncollapsed_counterpart = "SOLVEGP"
     _constructor_only = (*RelaxedSGPR._constructor_only, "bound", *INDUCING_SETS)
     _constructor_only_advice = INDUCING_SET_ADVICE
     # the training objectives: the exact collapsed bound of the model's family first
@@ -339,7 +338,6 @@ class TightSOLVEGPR(SOLVEGPR):
     """
 
     _default_relaxation = "optimal"
-    _uncollapsed_counterpart = "TightSOLVEGP"
 
 
 class SOLVEGP(RelaxedSVGP):
@@ -510,7 +508,6 @@ class ODGPR(SOLVEGPR):
     """
 
     _bounds = ("od", "thesis")
-    _uncollapsed_counterpart = "ODVGP"
     _posterior_class = CollapsedOrthogonalMeanPosterior  # eq. 5.55's mean, eq. 5.56's variance
 
     def __init__(

@@ -47,6 +47,23 @@ __all__ = ["RelaxedSGPR", "TightSGPR"]
 
 RESIDUAL = "D_ff = K_ff - Q_ff (the residual covariance of the training inputs)"
 
+# each collapsed model's uncollapsed peer (the same bound and relaxation, any likelihood)
+UNCOLLAPSED_COUNTERPARTS = {
+    "RelaxedSGPR": "RelaxedSVGP",
+    "TightSGPR": "TightSVGP",
+    "SOLVEGPR": "SOLVEGP",
+    "TightSOLVEGPR": "TightSOLVEGP",
+    "ODGPR": "ODVGP",
+}
+
+
+def _uncollapsed_counterpart(cls: type) -> str:
+    """The uncollapsed peer of ``cls`` or of the package's class it derives from."""
+    names = (base.__name__ for base in cls.__mro__)
+    return next(
+        UNCOLLAPSED_COUNTERPARTS[name] for name in names if name in UNCOLLAPSED_COUNTERPARTS
+    )
+
 
 def constant_noise_variance(likelihood: Any) -> tf.Tensor | None:
     """
@@ -110,7 +127,6 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
     _constructor_only: tuple[str, ...] = ("relaxation", "exact_predictive_variance")
     _default_relaxation = "none"
     _relaxations = ("none", "optimal", "beta", "free")
-    _uncollapsed_counterpart = "RelaxedSVGP"  # the model for other likelihoods
 
     def __init__(
         self,
@@ -128,7 +144,7 @@ class RelaxedSGPR(InfiniteLossOnCholeskyFailure, ConstructorOnly, SGPR):
         check_gaussian_likelihood(
             kwargs.get("likelihood"),
             f"{type(self).__name__}'s bound is collapsed for Gaussian noise; for other "
-            f"likelihoods use gpflow_tight.{self._uncollapsed_counterpart}",
+            f"likelihoods use gpflow_tight.{_uncollapsed_counterpart(type(self))}",
         )
         check_inducing_variable(inducing_variable)
         super().__init__(held_data(data, (X, Y)), kernel, inducing_variable, **kwargs)
@@ -322,4 +338,3 @@ class TightSGPR(RelaxedSGPR):
     """
 
     _default_relaxation = "optimal"
-    _uncollapsed_counterpart = "TightSVGP"
