@@ -116,6 +116,11 @@ def graph_nearest_neighbors(
     the same order) from a k-d tree, several times faster. No gradient flows through it.
 
     :param k: 1 ≤ k ≤ M (a Python int: the output's static width).
+
+    Non-finite values are not refused: the search runs inside training and prediction graphs,
+    where a NaN parameter must give a NaN loss (which GPflow's optimisers back off from), not an
+    error. A NaN or infinite row gets well-defined but meaningless neighbours, the same eagerly
+    and compiled; callers check their inputs (``VNNGP`` checks ``Xnew`` and its batches).
     """
     k = check_count(k, "k")
     points = tf.stop_gradient(tf.convert_to_tensor(points))
@@ -446,9 +451,15 @@ def nearest_neighbors(points: np.ndarray, queries: np.ndarray, k: int) -> np.nda
     tree; ties go to the lower index, as in :func:`graph_nearest_neighbors`. Rows whose
     ``k + 1`` nearest distances come (nearly) tied are re-ranked from the exact squared
     distances of every point within the k-th distance.
+
+    :param k: 1 ≤ k ≤ M; ``points`` and ``queries`` must be finite.
     """
     points = np.asarray(points, dtype=float)
     queries = np.asarray(queries, dtype=float)
+    check_count(k, "k", maximum=len(points), hint=" (the number of points)")
+    for name, array in (("points", points), ("queries", queries)):
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"`{name}` must be finite (no NaN or inf).")
     tree = cKDTree(points)
     width = min(k + 1, len(points))
     distances, index = tree.query(queries, k=width)

@@ -61,6 +61,8 @@ __all__ = [
     "check_inducing_variable",
     "check_kernel",
     "check_count",
+    "check_shape",
+    "checked_indices",
     "check_num_data",
     "check_noise_variance",
     "check_positive",
@@ -564,6 +566,50 @@ def check_count(
         bounds += [f"at most {maximum}"] if maximum is not None else []
         raise ValueError(f"`{name}` must be {' and '.join(bounds)}{hint}, got {value}.")
     return int(value)
+
+
+def check_shape(value: Any, shape: tuple[int, ...], name: str, layout: str) -> None:
+    """
+    ``value`` has exactly ``shape``, whose axes ``layout`` names (e.g. ``"[M, L]"``); a
+    ``ValueError`` naming ``name`` otherwise.
+    """
+    expected = [int(size) for size in shape]
+    if list(np.shape(value)) != expected:
+        raise ValueError(
+            f"`{name}` must have shape {layout} = {expected}, got {list(np.shape(value))}."
+        )
+
+
+def checked_indices(
+    indices: Any, size: int, name: str, *, size_name: str = "", allow_empty: bool = True
+) -> tf.Tensor:
+    """
+    ``indices`` as an integer tensor of row indices in ``[0, size)`` (``size_name`` names the
+    bound in messages; not empty unless ``allow_empty``): eagerly a ``TypeError`` or
+    ``ValueError`` naming ``name``; inside ``tf.function`` graph assertions, without a round
+    trip to the host, ahead of the gathers (which would fail with TensorFlow's own message on a
+    CPU, and read zeros on a GPU).
+    """
+    indices = tf.convert_to_tensor(indices)
+    if not indices.dtype.is_integer:
+        raise TypeError(
+            f"{_quoted(name)} must be integer row indices, got dtype {indices.dtype.name}."
+        )
+    bound = f"{size_name} = {size}" if size_name else str(size)
+    message = f"{_quoted(name)} must be row indices in [0, {bound})"
+    if tf.executing_eagerly():
+        values = indices.numpy()
+        if not allow_empty and values.size == 0:
+            raise ValueError(f"{message}, got none.")
+        if values.size and (values.min() < 0 or values.max() >= size):
+            raise ValueError(f"{message}, got {values.min()}..{values.max()}.")
+        return indices
+    in_range = (indices >= 0) & (indices < tf.cast(size, indices.dtype))
+    checks = [_graph_assert(tf.reduce_all(in_range), message)]
+    if not allow_empty:
+        checks.append(_graph_assert(tf.size(indices) > 0, f"{message}, got none"))
+    with tf.control_dependencies(checks):
+        return tf.identity(indices)
 
 
 def check_num_data(value: Any) -> None:

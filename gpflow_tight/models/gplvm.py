@@ -34,7 +34,9 @@ from ..validation import (
     check_inducing_variable,
     check_kernel,
     check_noise_variance,
+    check_shape,
     checked_cholesky,
+    checked_indices,
     checked_matrix,
     checked_test_data,
     checked_xnew,
@@ -438,18 +440,7 @@ def _checked_rows(model: "MinibatchBayesianGPLVM", data: Any) -> tuple[Any, ...]
         )
     rows = tf.reshape(rows, [-1, 1])
     check_batch(rows, Y)
-    message = f"`data` rows must be row indices in [0, num_data = {model.num_data})"
-    if tf.executing_eagerly():
-        indices = rows.numpy()
-        if indices.size and (indices.min() < 0 or indices.max() >= model.num_data):
-            raise ValueError(f"{message}, got {indices.min()}..{indices.max()}.")
-    else:  # before the gathers, which would fail first with TensorFlow's own message
-        checks = [
-            tf.debugging.assert_non_negative(rows, message=message),
-            tf.debugging.assert_less(rows, tf.cast(model.num_data, rows.dtype), message=message),
-        ]
-        with tf.control_dependencies(checks):
-            rows = tf.identity(rows)
+    rows = checked_indices(rows, model.num_data, "data rows", size_name="num_data")
     return as_checked_batch(rows, Y)
 
 
@@ -557,6 +548,8 @@ class MinibatchBayesianGPLVM(
             if not whiten:
                 Kmm = Kuu(self.inducing_variable, kernel, jitter=default_jitter()).numpy()
                 q_sqrt = np.tile(np.linalg.cholesky(Kmm)[None], [num_outputs, 1, 1])
+        check_shape(q_mu, (num_inducing, num_outputs), "q_mu", "[M, P]")
+        check_shape(q_sqrt, (num_outputs, num_inducing, num_inducing), "q_sqrt", "[P, M, M]")
         self.q_mu = Parameter(q_mu, dtype=default_float())
         self.q_sqrt = Parameter(q_sqrt, transform=triangular(), dtype=default_float())
 

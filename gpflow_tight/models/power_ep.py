@@ -28,11 +28,13 @@ from gpflow.posteriors import PrecomputeCacheType
 
 from ..posteriors import PowerEPPosterior
 from ..validation import (
+    check_count,
     check_inducing_variable,
     check_input_dim,
     check_kernel,
     check_noise_variance,
     check_regression_data,
+    checked_indices,
     checked_test_data,
     checked_xnew,
     checks_arguments,
@@ -231,7 +233,9 @@ class PowerEPSGP(
         self.inducing_variable = inducingpoint_wrapper(inducing_variable)
         check_input_dim(X.shape, inducing_input_dim(self.inducing_variable), "data X")
         self.inference = inference
-        self.num_gauss_hermite_points = int(num_gauss_hermite_points)
+        self.num_gauss_hermite_points = check_count(
+            num_gauss_hermite_points, "num_gauss_hermite_points"
+        )
 
         if inference != "closed_form" and (blocks is not None or block_size is not None):
             raise ValueError(
@@ -291,6 +295,18 @@ class PowerEPSGP(
         if self.block_assignment is None or self._block_layout_shape is None:
             return None
         return BlockPartition(self.block_assignment, *self._block_layout_shape)
+
+    def _checked_indices(self, indices: Any) -> tf.Tensor | None:
+        """``indices`` of :meth:`sweep` and :meth:`log_marginal_likelihood`: a non-empty vector
+        of data rows, checked."""
+        if indices is None:
+            return None
+        indices = checked_indices(indices, self._num_rows, "indices", allow_empty=False)
+        if indices.shape.rank not in (None, 1):
+            raise ValueError(
+                f"`indices` must be a vector [B] of data rows, got shape {indices.shape}."
+            )
+        return indices
 
     def _site_batch(self, indices: tf.Tensor | None) -> SiteBatch:
         return site_batch(
@@ -357,6 +373,8 @@ class PowerEPSGP(
         A site whose update would give a negative precision (possible only for likelihoods that
         are not log-concave) or a non-finite value is left unchanged.
 
+        :param indices: the data rows of the minibatch, a non-empty integer vector of rows in
+            ``[0, N)``; all rows when ``None``.
         :return: ``max_change`` (the largest change of a site's natural parameters, relative to
             their scale) and ``num_skipped`` (sites left unchanged).
         """
@@ -369,6 +387,7 @@ class PowerEPSGP(
             raise ValueError(f"`update` must be 'fractional' or 'full', got {update!r}.")
         if not 0 < damping <= 1:
             raise ValueError(f"`damping` must lie in (0, 1], got {damping!r}.")
+        indices = self._checked_indices(indices)
         new = site_update(self._site_batch(indices), damping, update)
         assign_sites(self.site_precision, self.site_shift, new, indices)
         return {
@@ -381,8 +400,9 @@ class PowerEPSGP(
         """
         The approximate log marginal likelihood, i.e. the negative Power-EP energy: eq. 128
         (and its block and multi-power forms) for ``inference="closed_form"``; the energy of eq.
-        110 at the current sites for ``inference="sites"``, where ``indices`` (an int tensor of
-        data rows) gives the unbiased minibatch estimate of its data terms.
+        110 at the current sites for ``inference="sites"``, where ``indices`` (a non-empty int
+        vector of data rows, as for :meth:`sweep`) gives the unbiased minibatch estimate of its
+        data terms.
         """
         with explain_cholesky_failure():
             if self.inference == "closed_form":
@@ -395,6 +415,7 @@ class PowerEPSGP(
                     self._collapsed_problem(),
                     include_power_correction=self._includes_power_correction,
                 )
+            indices = self._checked_indices(indices)
             batch = self._site_batch(indices)
             if indices is None:
                 return site_log_marginal_likelihood(batch)

@@ -32,7 +32,7 @@ from gpflow.base import RegressionData
 from gpflow.config import default_float
 from gpflow.inducing_variables import InducingVariables
 from gpflow.kernels import Kernel
-from gpflow.likelihoods import Bernoulli, ScalarLikelihood
+from gpflow.likelihoods import Bernoulli, Beta, Exponential, Gamma, Poisson, ScalarLikelihood
 from gpflow.mean_functions import MeanFunction
 
 from ..projection import project
@@ -54,8 +54,21 @@ __all__ = [
 ]
 
 
+# what Y may hold for the other GPflow likelihoods with a bounded support: outside it the
+# tilted moments are not finite and every site update is skipped, or the energy is meaningless
+_SUPPORTS = (
+    (Poisson, lambda y: y >= 0, "non-negative counts"),
+    (Exponential, lambda y: y >= 0, "non-negative values"),
+    (Gamma, lambda y: y > 0, "positive values"),
+    (Beta, lambda y: (y >= 0) & (y <= 1), "values in [0, 1]"),  # GPflow clips 0 and 1 inside
+)
+
+
 def check_site_data(likelihood: ScalarLikelihood, Y: np.ndarray) -> None:
-    """One output column, and labels in {0, 1} for a ``Bernoulli`` likelihood."""
+    """
+    One output column, labels in {0, 1} for a ``Bernoulli`` likelihood and values in the
+    support of ``Poisson``, ``Exponential``, ``Gamma`` and ``Beta`` likelihoods.
+    """
     if Y.shape[1] != 1:
         raise ValueError(
             f"Power-EP site updates model one output column; `data` Y has {Y.shape[1]}. "
@@ -69,6 +82,14 @@ def check_site_data(likelihood: ScalarLikelihood, Y: np.ndarray) -> None:
                 f"`data` Y must hold labels in {{0, 1}} for a Bernoulli likelihood, got "
                 f"{labels[:5].tolist()}.{hint}"
             )
+    for kind, inside, what in _SUPPORTS:
+        if isinstance(likelihood, kind):
+            outside = Y[~inside(Y)]
+            if outside.size:
+                raise ValueError(
+                    f"`data` Y must hold {what} for a {type(likelihood).__name__} likelihood; "
+                    f"{outside.size} do not, e.g. {outside[:5].tolist()}."
+                )
 
 
 def check_site_alpha(alpha: np.ndarray) -> None:

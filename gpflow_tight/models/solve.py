@@ -44,7 +44,7 @@ from ..posteriors import (
     whitened_block_q,
 )
 from ..projection import Projection
-from ..validation import explain_cholesky_failure
+from ..validation import check_shape, explain_cholesky_failure
 from .tight_sgpr import RelaxedSGPR
 from .tight_svgp import RelaxedSVGP
 
@@ -85,10 +85,7 @@ def orthogonal_variational_parameters(
         q_sqrt = default_sqrt
         if not whiten and num_orthogonal > 0 and tf.executing_eagerly():
             q_sqrt = _prior_sqrt_orthogonal(blocks, num_latent_gps, q_diag)
-    if np.shape(q_sqrt) != shape_sqrt:
-        raise ValueError(
-            f"`q_sqrt_orthogonal` must have shape {shape_sqrt}, got {np.shape(q_sqrt)}."
-        )
+    check_shape(q_sqrt, shape_sqrt, "q_sqrt_orthogonal", "[M_v, L]" if q_diag else "[L, M_v, M_v]")
     return (
         q_mu,
         Parameter(q_sqrt, transform=positive() if q_diag else triangular(), dtype=default_float()),
@@ -102,10 +99,7 @@ def orthogonal_mean_parameter(
     shape_mu = (int(blocks[0].inducing_variable.num_inducing), num_latent_gps)
     if q_mu is None:
         q_mu = np.zeros(shape_mu)
-    if np.shape(q_mu) != shape_mu:
-        raise ValueError(
-            f"`q_mu_orthogonal` must have shape {shape_mu} ([M_v, L]), got {np.shape(q_mu)}."
-        )
+    check_shape(q_mu, shape_mu, "q_mu_orthogonal", "[M_v, L]")
     return Parameter(q_mu, dtype=default_float())
 
 

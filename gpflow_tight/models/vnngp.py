@@ -27,16 +27,20 @@ from ..neighbors import (
 )
 from ..posteriors import VNNGPPosterior
 from ..validation import (
+    as_checked_batch,
     check_count,
     check_kernel,
     check_num_data,
     check_regression_data,
+    check_shape,
     checked_batch,
+    checked_indices,
     checked_inputs,
     checked_xnew,
     checks_arguments,
     explain_cholesky_failure,
     inducing_input_dim,
+    is_checked_batch,
     require,
 )
 from .base import ConstructorOnly, InfiniteLossOnCholeskyFailure
@@ -51,8 +55,10 @@ def _checked_batch(model: "VNNGP", data: Any, allow_empty: bool = False) -> tupl
     """
     A batch ``(X, Y)`` or ``(X, Y, neighbors)``, checked and cast
     (:func:`~gpflow_tight.validation.checked_batch`); ``neighbors`` must be integer rows [B, K]
-    of inducing points, one row per row of X.
+    of inducing points (in [0, M)), one row per row of X.
     """
+    if is_checked_batch(data):  # e.g. training_loss -> elbo: checked once
+        return tuple(data)
     checked = checked_batch(
         data,
         input_dim=inducing_input_dim(model.inducing_variable),
@@ -74,6 +80,9 @@ def _checked_batch(model: "VNNGP", data: Any, allow_empty: bool = False) -> tupl
                 f"row per row of X ({rows}), got dtype {neighbors.dtype.name} and shape "
                 f"{tuple(neighbors.shape)}; build `data` with `model.training_data(X, Y)`."
             )
+        num_inducing = int(model.inducing_variable.Z.shape[0])
+        neighbors = checked_indices(neighbors, num_inducing, "data neighbors", size_name="M")
+        checked = as_checked_batch(*checked[:2], neighbors, *checked[3:])
     return checked
 
 
@@ -251,6 +260,12 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         super().__init__(kernel, likelihood, mean_function, num_latent_gps)
         if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
             Z = inducing_variable.Z.numpy()
+        elif isinstance(inducing_variable, gpflow.inducing_variables.InducingVariables):
+            raise TypeError(
+                "`inducing_variable` of VNNGP must be inducing points, an array [M, D] or "
+                "`gpflow.inducing_variables.InducingPoints`: its prior conditions each f(z_j) "
+                f"on the values at its nearest neighbours; got {type(inducing_variable).__name__}."
+            )
         else:
             Z = np.asarray(inducing_variable, dtype=float)
         # rows distinct in the model's dtype, or repeats kept apart by the jitter
@@ -312,11 +327,8 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
         shape = (num_inducing, num_latent_gps)
         q_mu = np.zeros(shape) if q_mu is None else np.asarray(q_mu, dtype=float)
         q_sqrt = np.ones(shape) if q_sqrt is None else np.asarray(q_sqrt, dtype=float)
-        for name, value in (("q_mu", q_mu), ("q_sqrt", q_sqrt)):
-            if value.shape != shape:
-                raise ValueError(
-                    f"`{name}` must have shape [M, L] = {list(shape)}, got {value.shape}."
-                )
+        check_shape(q_mu, shape, "q_mu", "[M, L]")
+        check_shape(q_sqrt, shape, "q_sqrt", "[M, L]")
         if not np.all(np.isfinite(q_mu)) or not np.all(np.isfinite(q_sqrt)) or np.any(q_sqrt <= 0):
             raise ValueError("`q_mu` must be finite and `q_sqrt` finite and strictly positive.")
         self.q_mu = Parameter(q_mu, dtype=default_float())
@@ -326,11 +338,7 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             if q_sqrt_offdiag is None:
                 q_sqrt_offdiag = np.zeros(shape_off)
             q_sqrt_offdiag = np.array(q_sqrt_offdiag, dtype=float)
-            if q_sqrt_offdiag.shape != shape_off:
-                raise ValueError(
-                    f"`q_sqrt_offdiag` must have shape [M, K, L] = {list(shape_off)}, got "
-                    f"{q_sqrt_offdiag.shape}."
-                )
+            check_shape(q_sqrt_offdiag, shape_off, "q_sqrt_offdiag", "[M, K, L]")
             if not np.all(np.isfinite(q_sqrt_offdiag)):
                 raise ValueError("`q_sqrt_offdiag` must be finite.")
             q_sqrt_offdiag[self._prior_table.numpy() < 0] = 0.0  # padding: no column
@@ -774,6 +782,10 @@ class VNNGP(InfiniteLossOnCholeskyFailure, ConstructorOnly, GPModel, ExternalDat
             batch = tf.cast(tf.shape(X)[0], expected.dtype)
             expected *= tf.cast(self.num_data, expected.dtype) / batch
         num_inducing = self.inducing_variable.Z.shape[0]
+        if inducing_indices is not None:
+            inducing_indices = checked_indices(
+                inducing_indices, num_inducing, "inducing_indices", size_name="M", allow_empty=False
+            )
         if inducing_indices is None and self.kl_estimate == "data_batch":
             if len(data) > 2 and self._repeated_inputs:  # its own, first among its neighbours
                 located = self._rows_among_neighbors(X, data[2])

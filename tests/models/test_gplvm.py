@@ -808,6 +808,24 @@ def test_empty_data_is_refused(rng):
             MinibatchBayesianGPLVM(num_data, num_outputs, X_mean, X_var, se_kernel(), Z)
 
 
+@pytest.mark.parametrize(
+    "q, match",
+    [
+        (dict(q_mu=np.zeros((8, 1))), r"`q_mu` must have shape \[M, P\] = \[8, 5\], got \[8, 1\]"),
+        (dict(q_mu=np.zeros((10, 5))), r"`q_mu` must have shape \[M, P\] = \[8, 5\]"),
+        (
+            dict(q_mu=np.zeros((8, 5)), q_sqrt=np.eye(8)[None]),
+            r"`q_sqrt` must have shape \[P, M, M\] = \[5, 8, 8\], got \[1, 8, 8\]",
+        ),
+    ],
+)
+def test_minibatch_q_of_the_wrong_shape_is_refused(rng, q, match):
+    """A q(u) for one output was taken for five (a wrong bound, predictions of one column)."""
+    Y, X_mean, X_var, Z = make_problem(rng)
+    with pytest.raises(ValueError, match=match):
+        MinibatchBayesianGPLVM(40, 5, X_mean, X_var, se_kernel(), Z, **q)
+
+
 def test_minibatch_loss_checks_its_batches(rng):
     """NaN in a minibatch, rows out of range, float rows and the wrong width are refused,
     eagerly (ValueError/TypeError) and in a compiled loss (graph assertions)."""

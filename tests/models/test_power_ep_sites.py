@@ -539,3 +539,70 @@ def test_bad_classification_settings_raise_clear_errors(rng):
         closed.sweep()
     with pytest.raises(ValueError, match="indices"):
         closed.log_marginal_likelihood(tf.constant([0, 1]))
+
+
+def test_bad_row_indices_are_refused_eagerly_and_compiled(rng):
+    """Out-of-range rows would read zeros on a GPU (a gather there does not fail), and an empty
+    batch would scale the energy's data terms by N / 0."""
+    X, Y, Z = classification_problem(rng, num_data=10)
+    model = PowerEPSGP((X, Y), kernel(), Z, likelihood=gpflow.likelihoods.Bernoulli())
+    before = model.site_precision.numpy().copy()
+    for bad in ([0, 10], [-1], []):
+        with pytest.raises(ValueError, match=r"`indices` must be row indices in \[0, 10\)"):
+            model.sweep(tf.constant(bad, tf.int32))
+        with pytest.raises(ValueError, match=r"`indices` must be row indices in \[0, 10\)"):
+            model.log_marginal_likelihood(tf.constant(bad, tf.int32))
+    with pytest.raises(TypeError, match="`indices` must be integer"):
+        model.sweep(tf.constant([1.0]))
+    with pytest.raises(ValueError, match=r"`indices` must be a vector \[B\]"):
+        model.log_marginal_likelihood(tf.constant([[0], [1]]))
+    compiled_sweep = tf.function(lambda rows: model.sweep(rows)["max_change"])
+    compiled_energy = tf.function(model.log_marginal_likelihood)
+    for bad in ([0, 10], [-1], []):
+        for compiled in (compiled_sweep, compiled_energy):
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices.*\[0, 10\)"):
+                compiled(tf.constant(bad, tf.int32))
+    np.testing.assert_array_equal(model.site_precision.numpy(), before)  # nothing was written
+    rows = tf.constant([3, 7])
+    np.testing.assert_allclose(
+        compiled_energy(rows).numpy(), model.log_marginal_likelihood(rows).numpy(), rtol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "likelihood, Y, match",
+    [
+        (gpflow.likelihoods.Poisson(), -1.0, "non-negative counts for a Poisson"),
+        (gpflow.likelihoods.Exponential(), -1.0, "non-negative values for a Exponential"),
+        (gpflow.likelihoods.Gamma(), 0.0, "positive values for a Gamma"),
+        (gpflow.likelihoods.Beta(), 1.5, r"values in \[0, 1\] for a Beta"),
+        (gpflow.likelihoods.Beta(), -0.1, r"values in \[0, 1\] for a Beta"),
+    ],
+)
+def test_data_outside_the_likelihoods_support_is_refused(rng, likelihood, Y, match):
+    """Outside the support every site update was skipped (Poisson, Gamma: the energy -inf or
+    NaN) or the energy was finite and meaningless (Beta +194, Exponential +1.5e8)."""
+    X, _, Z = regression_problem(rng, num_data=10)
+    inside = {gpflow.likelihoods.Beta: [0.0, 0.5, 1.0]}.get(type(likelihood), [0.0, 1.0, 3.0])
+    if isinstance(likelihood, gpflow.likelihoods.Gamma):
+        inside = [0.1, 1.0, 3.0]
+    data = np.resize(inside, (10, 1))
+    PowerEPSGP((X, data), kernel(), Z, likelihood=likelihood)  # inside: accepted
+    data[3] = Y
+    with pytest.raises(ValueError, match=f"`data` Y must hold {match} likelihood; 1 do not"):
+        PowerEPSGP((X, data), kernel(), Z, likelihood=likelihood)
+
+
+@pytest.mark.parametrize(
+    "points, error", [(0, ValueError), (-3, ValueError), (2.7, TypeError), ("20", TypeError)]
+)
+def test_bad_quadrature_sizes_are_refused_at_construction(rng, points, error):
+    X, Y, Z = classification_problem(rng, num_data=10)
+    with pytest.raises(error, match="`num_gauss_hermite_points`"):
+        PowerEPSGP(
+            (X, Y),
+            kernel(),
+            Z,
+            likelihood=gpflow.likelihoods.Bernoulli(),
+            num_gauss_hermite_points=points,
+        )

@@ -1599,3 +1599,62 @@ def test_data_batch_kl_settings_and_batches_are_checked(rng):
         VNNGP(kernel(), likelihood, Z, 3).elbo((Z, distinct_Y)).numpy(),
         rtol=1e-12,
     )
+
+
+def test_plain_search_refuses_bad_k_and_non_finite_inputs(rng):
+    """The k-d tree search (the graph search takes non-finite rows: see the test above)."""
+    points = rng.standard_normal((3, 2))
+    for k in (0, 4):
+        with pytest.raises(ValueError, match=r"`k` must be at least 1 and at most 3"):
+            nearest_neighbors(points, points, k)
+    with pytest.raises(TypeError, match="`k` must be an int"):
+        nearest_neighbors(points, points, 1.5)
+    nan_row = np.array([[np.nan, 0.0]])
+    with pytest.raises(ValueError, match="`queries` must be finite"):
+        nearest_neighbors(points, nan_row, 2)
+    with pytest.raises(ValueError, match="`points` must be finite"):
+        nearest_neighbors(np.vstack([points, nan_row]), points, 2)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda Z: gpflow.inducing_variables.Multiscale(Z, np.full_like(Z, 0.2)),
+        lambda Z: gpflow_tight.FrequencyInducingFeatures(Z, np.full_like(Z, 0.2)),
+        lambda Z: gpflow_tight.LatentInducingPoints(Z),
+    ],
+)
+def test_inducing_variables_other_than_points_are_refused(make):
+    Z = np.linspace(-2, 2, 6)[:, None]
+    with pytest.raises(TypeError, match="`inducing_variable` of VNNGP must be inducing points"):
+        VNNGP(gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.1), make(Z), 3)
+
+
+def test_a_gpflow_parameter_is_taken_as_inducing_inputs(rng):
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    from_array = model_for(Z, q_mu, q_sqrt, 3)
+    from_parameter = model_for(gpflow.Parameter(Z), q_mu, q_sqrt, 3)
+    np.testing.assert_array_equal(from_parameter.elbo((X, Y)), from_array.elbo((X, Y)))
+
+
+def test_neighbor_rows_and_kl_indices_out_of_range_are_refused(rng):
+    """Out-of-range rows would read zeros on a GPU (a gather there does not fail)."""
+    X, Y, Z, q_mu, q_sqrt = make_problem(rng)
+    model = model_for(Z, q_mu, q_sqrt, 3, num_data=len(X))
+    neighbors = model.neighbors(X)
+    bad = np.array(neighbors)
+    bad[4, 1] = len(Z)
+    message = r"`data` neighbors must be row indices in \[0, M = 12\)"
+    with pytest.raises(ValueError, match=message):
+        model.elbo((X, Y, bad))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        model.training_loss_closure((X, Y, bad), compile=True)()
+    for indices in ([0, 12], [-1], []):
+        with pytest.raises(ValueError, match=r"`inducing_indices` must be row indices in \[0, M"):
+            model.elbo((X, Y), inducing_indices=tf.constant(indices, tf.int64))
+    good = tf.constant([0, 5, 11], tf.int64)
+    np.testing.assert_allclose(
+        tf.function(model.elbo)((X, Y, neighbors), good).numpy(),
+        model.elbo((X, Y, neighbors), inducing_indices=good).numpy(),
+        rtol=1e-12,
+    )
